@@ -1,0 +1,269 @@
+// Package sink writes a raw disk image into a file or block device:
+// sparsely (all-zero blocks are skipped), bounded (nothing is written past
+// the target's usable size, which also bounds decompression bombs), and
+// durably (Sync fsyncs before the caller reports success).
+package sink
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+)
+
+// BlockSize is the granularity at which zero data is skipped.
+const BlockSize = 4096
+
+// ErrTooBig is returned when data would be written past the target's limit.
+var ErrTooBig = errors.New("image is larger than the target volume")
+
+var zeros = make([]byte, 1<<20)
+
+// Target is an open destination. WriteAt may be called concurrently.
+type Target struct {
+	f     *os.File
+	path  string
+	block bool
+	limit int64
+	// writeZeros disables hole skipping (block device that cannot be zeroed
+	// cheaply, or preallocation requested on a block device).
+	writeZeros bool
+	written    atomic.Int64 // bytes of non-zero data written
+	end        atomic.Int64 // highest offset+len seen
+}
+
+// Options describe the destination.
+type Options struct {
+	// Block is true for a raw block device, false for an image file.
+	Block bool
+	// Limit is the usable size: no byte may be written at or past it.
+	// Zero means the device size for Block and unlimited for files.
+	Limit int64
+	// WriteZeros forces zero blocks to be written (preallocation on Block).
+	WriteZeros bool
+}
+
+// Open opens (and for files creates and empties) the destination.
+func Open(path string, opt Options) (*Target, error) {
+	t := &Target{path: path, block: opt.Block, limit: opt.Limit, writeZeros: opt.WriteZeros}
+	if opt.Block {
+		f, err := os.OpenFile(path, os.O_WRONLY, 0)
+		if err != nil {
+			return nil, fmt.Errorf("opening block device %s: %w", path, err)
+		}
+		t.f = f
+		size, err := f.Seek(0, io.SeekEnd)
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("sizing block device %s: %w", path, err)
+		}
+		if t.limit == 0 || t.limit > size {
+			t.limit = size
+		}
+		if !t.writeZeros {
+			// Skipped blocks must read as zeros: zero the device cheaply once.
+			// If the device cannot do that, write zero blocks explicitly.
+			if err := zeroRange(f, 0, size); err != nil {
+				t.writeZeros = true
+			}
+		}
+		return t, nil
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o660)
+	if err != nil {
+		return nil, fmt.Errorf("creating image file %s: %w", path, err)
+	}
+	t.f = f
+	return t, nil
+}
+
+func zeroRange(f *os.File, off, n int64) error {
+	fd := int(f.Fd())
+	if err := unix.Fallocate(fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n); err == nil {
+		return nil
+	}
+	if err := unix.Fallocate(fd, unix.FALLOC_FL_ZERO_RANGE|unix.FALLOC_FL_KEEP_SIZE, off, n); err == nil {
+		return nil
+	}
+	r := [2]uint64{uint64(off), uint64(n)}
+	return ioctlRange(fd, unix.BLKZEROOUT, &r)
+}
+
+// Path returns the destination path.
+func (t *Target) Path() string { return t.path }
+
+// Block reports whether the destination is a block device.
+func (t *Target) Block() bool { return t.block }
+
+// Limit returns the usable size (0 = unlimited file).
+func (t *Target) Limit() int64 { return t.limit }
+
+// Written returns the number of data bytes actually written.
+func (t *Target) Written() int64 { return t.written.Load() }
+
+// End returns the highest end offset passed to WriteAt.
+func (t *Target) End() int64 { return t.end.Load() }
+
+func (t *Target) check(off, n int64) error {
+	if t.limit > 0 && off+n > t.limit {
+		return fmt.Errorf("%w: data reaches byte %d but only %d bytes are usable", ErrTooBig, off+n, t.limit)
+	}
+	for {
+		cur := t.end.Load()
+		if off+n <= cur || t.end.CompareAndSwap(cur, off+n) {
+			return nil
+		}
+	}
+}
+
+// WriteAt writes p at off, skipping aligned all-zero blocks.
+func (t *Target) WriteAt(p []byte, off int64) (int, error) {
+	if err := t.check(off, int64(len(p))); err != nil {
+		return 0, err
+	}
+	if t.writeZeros {
+		n, err := t.f.WriteAt(p, off)
+		t.written.Add(int64(n))
+		return n, err
+	}
+	i := 0
+	for i < len(p) {
+		// Block boundary relative to absolute offsets.
+		end := min(len(p), i+BlockSize-int((off+int64(i))%BlockSize))
+		if isZero(p[i:end]) {
+			i = end
+			continue
+		}
+		// Extend the run of non-zero blocks.
+		j := end
+		for j < len(p) {
+			k := min(len(p), j+BlockSize)
+			if isZero(p[j:k]) {
+				break
+			}
+			j = k
+		}
+		if _, err := t.f.WriteAt(p[i:j], off+int64(i)); err != nil {
+			return i, fmt.Errorf("writing %s at %d: %w", t.path, off+int64(i), err)
+		}
+		t.written.Add(int64(j - i))
+		i = j
+	}
+	return len(p), nil
+}
+
+func isZero(b []byte) bool {
+	for len(b) > 0 {
+		n := min(len(b), len(zeros))
+		if !bytes.Equal(b[:n], zeros[:n]) {
+			return false
+		}
+		b = b[n:]
+	}
+	return true
+}
+
+// Writer returns a sequential io.Writer that writes at increasing offsets
+// starting at 0.
+func (t *Target) Writer() *SeqWriter { return &SeqWriter{t: t} }
+
+// SeqWriter adapts Target to io.Writer.
+type SeqWriter struct {
+	t   *Target
+	off int64
+}
+
+// Write implements io.Writer.
+func (w *SeqWriter) Write(p []byte) (int, error) {
+	n, err := w.t.WriteAt(p, w.off)
+	w.off += int64(n)
+	return n, err
+}
+
+// Offset returns the number of bytes written through w (holes included).
+func (w *SeqWriter) Offset() int64 { return w.off }
+
+// ReadFrom copies r in large chunks so that zero detection sees whole blocks.
+func (w *SeqWriter) ReadFrom(r io.Reader) (int64, error) {
+	buf := make([]byte, 1<<20)
+	var total int64
+	for {
+		n, err := io.ReadFull(r, buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return total, werr
+			}
+			total += int64(n)
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+	}
+}
+
+// Resize sets a file's length to size (growing it sparsely). It refuses to
+// cut off written data. For a block device it only checks that size fits.
+func (t *Target) Resize(size int64) error {
+	if end := t.End(); size < end {
+		return fmt.Errorf("%w: image needs %d bytes, resize target is %d", ErrTooBig, end, size)
+	}
+	if t.block {
+		if size > t.limit {
+			return fmt.Errorf("%w: %d bytes requested, device has %d", ErrTooBig, size, t.limit)
+		}
+		return nil
+	}
+	if err := t.f.Truncate(size); err != nil {
+		return fmt.Errorf("resizing %s to %d bytes: %w", t.path, size, err)
+	}
+	return nil
+}
+
+// Preallocate allocates every block of the first size bytes. Files use
+// fallocate; block devices get explicit zeros where no data was written is
+// not tracked, so the whole device range is zero-filled only when it was
+// opened with WriteZeros (the caller decides before writing).
+func (t *Target) Preallocate(size int64) error {
+	if t.block {
+		return nil
+	}
+	if err := unix.Fallocate(int(t.f.Fd()), 0, 0, size); err != nil {
+		return fmt.Errorf("preallocating %s: %w", t.path, err)
+	}
+	return nil
+}
+
+// FillZeros writes explicit zeros over [off, off+n) (block preallocation
+// of a blank volume).
+func (t *Target) FillZeros(off, n int64) error {
+	for n > 0 {
+		k := min(n, int64(len(zeros)))
+		if _, err := t.f.WriteAt(zeros[:k], off); err != nil {
+			return fmt.Errorf("zero-filling %s at %d: %w", t.path, off, err)
+		}
+		off += k
+		n -= k
+	}
+	return nil
+}
+
+// Sync flushes data to stable storage.
+func (t *Target) Sync() error {
+	if err := t.f.Sync(); err != nil {
+		return fmt.Errorf("fsync %s: %w", t.path, err)
+	}
+	return nil
+}
+
+// Close closes the destination without syncing.
+func (t *Target) Close() error { return t.f.Close() }
+
+// File exposes the underlying file (for qemu-img targets and tests).
+func (t *Target) File() *os.File { return t.f }
