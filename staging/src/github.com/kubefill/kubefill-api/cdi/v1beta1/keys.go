@@ -1,0 +1,155 @@
+package v1beta1
+
+// Annotation and label keys on the wire. Clients such as KubeVirt and virtctl
+// read and write these exact strings, so they are CDI's, unchanged.
+
+// annPrefix is the prefix of every cdi.kubevirt.io annotation.
+const annPrefix = GroupName + "/"
+
+// Population: how a claim is, or was, filled.
+const (
+	// AnnUsePopulator on a DataVolume says its claim is filled by a populator.
+	AnnUsePopulator = annPrefix + "storage.usePopulator"
+	// AnnPopulatorKind on a PVC-prime names the populator kind that fills it.
+	AnnPopulatorKind = annPrefix + "storage.populator.kind"
+	// AnnPopulatorProgress on a target PVC is the transfer's progress, e.g. "45.20%".
+	AnnPopulatorProgress = annPrefix + "storage.populator.progress"
+	// AnnPVCPrimeName on a target PVC names its PVC-prime.
+	AnnPVCPrimeName = annPrefix + "storage.populator.pvcPrime"
+	// AnnPopulatedFor on a PV or PVC names the claim it was populated for.
+	AnnPopulatedFor = annPrefix + "storage.populatedFor"
+	// AnnPrePopulated on a PVC says it already holds its data.
+	AnnPrePopulated = annPrefix + "storage.prePopulated"
+	// AnnImmediateBinding asks to bind without waiting for a first consumer.
+	AnnImmediateBinding = annPrefix + "storage.bind.immediate.requested"
+	// AnnCreatedBy marks objects created by the controller for a claim.
+	AnnCreatedBy = annPrefix + "storage.createdByController"
+	// AnnDeleteAfterCompletion asks to delete the DataVolume once it succeeds.
+	AnnDeleteAfterCompletion = annPrefix + "storage.deleteAfterCompletion"
+	// AnnExternalPopulation marks a claim filled by someone else.
+	AnnExternalPopulation = annPrefix + "externalPopulation"
+	// AnnCheckStaticVolume asks to bind a matching static PV instead of filling one.
+	AnnCheckStaticVolume = annPrefix + "storage.checkStaticVolume"
+	// AnnAllowClaimAdoption allows a DataVolume to adopt an existing claim of its name.
+	AnnAllowClaimAdoption = annPrefix + "allowClaimAdoption"
+	// AnnOwnerUID holds the UID of an object's logical owner.
+	AnnOwnerUID = annPrefix + "ownerUID"
+)
+
+// Worker pod state, mirrored onto the claim.
+const (
+	AnnPodPhase                 = annPrefix + "storage.pod.phase"
+	AnnPodReady                 = annPrefix + "storage.pod.ready"
+	AnnPodRestarts              = annPrefix + "storage.pod.restarts"
+	AnnPodRetainAfterCompletion = annPrefix + "storage.pod.retainAfterCompletion"
+	AnnPriorityClassName        = annPrefix + "storage.pod.priorityclassname"
+)
+
+// Conditions, mirrored onto the claim for the DataVolume to read.
+const (
+	AnnRunningCondition        = annPrefix + "storage.condition.running"
+	AnnRunningConditionReason  = annPrefix + "storage.condition.running.reason"
+	AnnRunningConditionMessage = annPrefix + "storage.condition.running.message"
+	AnnBoundCondition          = annPrefix + "storage.condition.bound"
+	AnnBoundConditionReason    = annPrefix + "storage.condition.bound.reason"
+	AnnBoundConditionMessage   = annPrefix + "storage.condition.bound.message"
+)
+
+// Import.
+const (
+	AnnSource                 = annPrefix + "storage.import.source"
+	AnnEndpoint               = annPrefix + "storage.import.endpoint"
+	AnnSecret                 = annPrefix + "storage.import.secretName"
+	AnnCertConfigMap          = annPrefix + "storage.import.certConfigMap"
+	AnnChecksum               = annPrefix + "storage.import.checksum"
+	AnnExtraHeaders           = annPrefix + "storage.import.extraHeaders"
+	AnnSecretExtraHeaders     = annPrefix + "storage.import.secretExtraHeaders"
+	AnnRegistryImportMethod   = annPrefix + "storage.import.registryImportMethod"
+	AnnRegistryImageStream    = annPrefix + "storage.import.registryImageStream"
+	AnnImportPod              = annPrefix + "storage.import.importPodName"
+	AnnRequiresScratch        = annPrefix + "storage.import.requiresScratch"
+	AnnContentType            = annPrefix + "storage.contentType"
+	AnnPreallocationRequested = annPrefix + "storage.preallocation.requested"
+	AnnPreallocationApplied   = annPrefix + "storage.preallocation"
+)
+
+// The values of AnnSource.
+const (
+	SourceHTTP     = "http"
+	SourceS3       = "s3"
+	SourceGCS      = "gcs"
+	SourceRegistry = "registry"
+	SourceImageio  = "imageio"
+	SourceVDDK     = "vddk"
+	SourceNone     = "none"
+)
+
+// Upload.
+const (
+	// AnnUploadRequest marks a claim that accepts an upload.
+	AnnUploadRequest = annPrefix + "storage.upload.target"
+)
+
+// Clone.
+const (
+	AnnCloneToken          = annPrefix + "storage.clone.token"
+	AnnExtendedCloneToken  = annPrefix + "storage.extended.clone.token"
+	AnnCloneType           = annPrefix + "cloneType"
+	AnnClonePhase          = annPrefix + "clonePhase"
+	AnnCloneError          = annPrefix + "cloneError"
+	AnnCloneFallbackReason = annPrefix + "cloneFallbackReason"
+	AnnPermissiveClone     = annPrefix + "permissiveClone"
+	AnnCloneSourcePod      = annPrefix + "storage.sourceClonePodName"
+	// AnnCloneStrategy on a StorageClass overrides its profile's clone strategy.
+	AnnCloneStrategy = annPrefix + "clone-strategy"
+)
+
+// Events raised on a temporary object but meant for the user's object.
+const (
+	AnnEventSourceKind = annPrefix + "events.source.kind"
+	AnnEventSource     = annPrefix + "events.source"
+)
+
+// Keys Kubernetes itself defines that Kubefill reads.
+const (
+	AnnSelectedNode            = "volume.kubernetes.io/selected-node"
+	AnnDefaultStorageClass     = "storageclass.kubernetes.io/is-default-class"
+	AnnDefaultVirtStorageClass = "storageclass.kubevirt.io/is-default-virt-class"
+)
+
+// Labels on the temporary objects Kubefill creates.
+const (
+	// LabelOwnedByUID ties a temporary object to the UID of the claim it serves.
+	LabelOwnedByUID = annPrefix + "OwnedByUID"
+	// LabelApp and LabelAppValue mark every object Kubefill creates, as CDI's "app" label does.
+	LabelApp      = "app"
+	LabelAppValue = "containerized-data-importer"
+	// LabelComponent names the worker kind, e.g. "importer", as CDI's component label does.
+	LabelComponent = GroupName
+	// Recommended Kubernetes labels.
+	LabelAppName      = "app.kubernetes.io/name"
+	LabelAppComponent = "app.kubernetes.io/component"
+	LabelAppPartOf    = "app.kubernetes.io/part-of"
+	LabelAppManagedBy = "app.kubernetes.io/managed-by"
+	// LabelApplyStorageProfile on a PVC asks for it to be completed from its StorageProfile.
+	LabelApplyStorageProfile = annPrefix + "applyStorageProfile"
+)
+
+// Condition reasons a DataVolume reports.
+const (
+	ReasonBound           = "Bound"
+	ReasonPending         = "Pending"
+	ReasonClaimLost       = "ClaimLost"
+	ReasonNotFound        = "NotFound"
+	ReasonTransferRunning = "TransferRunning"
+	ReasonCompleted       = "Completed"
+	ReasonError           = "Error"
+)
+
+// The reasons a clone falls back to the host-assisted copy.
+const (
+	FallbackNoVolumeSnapshotClass   = "NoVolumeSnapshotClass"
+	FallbackIncompatibleProvisioner = "IncompatibleProvisioners"
+	FallbackIncompatibleVolumeModes = "IncompatibleVolumeModes"
+	FallbackNoVolumeExpansion       = "NoVolumeExpansion"
+)
