@@ -1,0 +1,42 @@
+// Command kubefill is the one multi-call binary for every Kubefill component:
+// the controller manager, the aggregated API server, and the data-path workers
+// that run inside worker pods. One binary keeps link time and image size down.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+// errNotImplemented marks a subcommand whose component has not landed yet.
+var errNotImplemented = errors.New("not implemented yet")
+
+func newRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "kubefill",
+		Short:         "Kubefill fills PersistentVolumeClaims with virtual-machine disks",
+		Long:          "Kubefill imports, uploads and clones virtual-machine disks into PersistentVolumeClaims.\nIt serves CDI's cdi.kubevirt.io/v1beta1 API, so KubeVirt and virtctl work against it unchanged.",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(
+		newVersionCommand(),
+		newControllerCommand(),
+		newAPIServerCommand(),
+		newImporterCommand(),
+		newUploadServerCommand(),
+		newUploadProxyCommand(),
+		newClonerCommand(),
+	)
+	return root
+}
+
+func main() {
+	if err := newRootCommand().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "kubefill:", err)
+		os.Exit(1)
+	}
+}
