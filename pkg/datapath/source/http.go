@@ -44,11 +44,11 @@ type HTTPConfig struct {
 // HTTP is an HTTP(S) source that resumes dropped downloads with Range
 // requests and retries with exponential backoff.
 type HTTP struct {
-	cfg      HTTPConfig
-	url      *url.URL
-	client   *http.Client
-	size     int64
-	canRange bool
+	cfg       HTTPConfig
+	url       *url.URL
+	client    *http.Client
+	size      int64
+	canRange  bool
 	validator string // ETag or Last-Modified for If-Range
 }
 
