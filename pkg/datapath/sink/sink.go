@@ -45,6 +45,9 @@ type Options struct {
 	Limit int64
 	// WriteZeros forces zero blocks to be written (preallocation on Block).
 	WriteZeros bool
+	// Keep opens an existing file without truncating it (for example after
+	// qemu-img has written it) and skips zeroing a block device.
+	Keep bool
 }
 
 // Open opens (and for files creates and empties) the destination.
@@ -64,7 +67,7 @@ func Open(path string, opt Options) (*Target, error) {
 		if t.limit == 0 || t.limit > size {
 			t.limit = size
 		}
-		if !t.writeZeros {
+		if !t.writeZeros && !opt.Keep {
 			// Skipped blocks must read as zeros: zero the device cheaply once.
 			// If the device cannot do that, write zero blocks explicitly.
 			if err := zeroRange(f, 0, size); err != nil {
@@ -73,11 +76,20 @@ func Open(path string, opt Options) (*Target, error) {
 		}
 		return t, nil
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o660)
+	flags := os.O_RDWR | os.O_CREATE | os.O_TRUNC
+	if opt.Keep {
+		flags = os.O_RDWR
+	}
+	f, err := os.OpenFile(path, flags, 0o660)
 	if err != nil {
 		return nil, fmt.Errorf("creating image file %s: %w", path, err)
 	}
 	t.f = f
+	if opt.Keep {
+		if st, err := f.Stat(); err == nil {
+			t.end.Store(st.Size())
+		}
+	}
 	return t, nil
 }
 

@@ -86,7 +86,14 @@ func (s *File) Open(context.Context) (io.ReadCloser, error) {
 }
 
 // Size implements Source.
-func (s *File) Size() int64 { return s.size }
+func (s *File) Size() int64 {
+	if s.size == 0 {
+		if st, err := os.Stat(s.Path); err == nil {
+			s.size = st.Size()
+		}
+	}
+	return s.size
+}
 
 // String implements Source.
 func (s *File) String() string { return "file " + s.Path }
