@@ -1,0 +1,94 @@
+package hostpath
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// isMountPoint reports whether path is a mount point in this process's mount
+// namespace.
+func isMountPoint(path string) (bool, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return false, err
+	}
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = real
+	}
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return false, fmt.Errorf("read mountinfo: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 5 && unescape(fields[4]) == abs {
+			return true, nil
+		}
+	}
+	return false, sc.Err()
+}
+
+func unescape(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// bindMount mounts src at target, read-only when asked. A read-only bind
+// needs a second, remounting call.
+func bindMount(src, target string, readOnly bool) error {
+	if err := syscall.Mount(src, target, "", syscall.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind-mount %s at %s: %w", src, target, err)
+	}
+	if readOnly {
+		if err := syscall.Mount("", target, "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY, ""); err != nil {
+			_ = syscall.Unmount(target, syscall.MNT_DETACH)
+			return fmt.Errorf("remount %s read-only: %w", target, err)
+		}
+	}
+	return nil
+}
+
+// unmountAll unmounts target until it is no longer a mount point (a target
+// may have been published twice over itself).
+func unmountAll(target string) error {
+	for i := 0; i < 10; i++ {
+		mounted, err := isMountPoint(target)
+		if err != nil {
+			return err
+		}
+		if !mounted {
+			return nil
+		}
+		if err := syscall.Unmount(target, 0); err != nil {
+			if errors.Is(err, syscall.EBUSY) {
+				err = syscall.Unmount(target, syscall.MNT_DETACH)
+			}
+			if err != nil && !errors.Is(err, syscall.EINVAL) {
+				return fmt.Errorf("unmount %s: %w", target, err)
+			}
+		}
+	}
+	return fmt.Errorf("%s still mounted after 10 unmounts", target)
+}
