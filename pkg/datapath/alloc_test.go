@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"bytes"
 	"os"
 	"syscall"
 	"testing"
@@ -17,3 +18,7 @@ func allocated(t *testing.T, p string) int64 {
 	}
 	return st.Sys().(*syscall.Stat_t).Blocks * 512
 }
+
+type nopCloser struct{ *bytes.Reader }
+
+func (nopCloser) Close() error { return nil }
