@@ -1,7 +1,49 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"flag"
+
+	"github.com/spf13/cobra"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/kubefill/kubefill/pkg/controller"
+)
 
 func newControllerCommand() *cobra.Command {
-	return notImplemented("controller", "Run the Kubefill controllers")
+	opts := controller.ManagerOptions{LeaderElectionID: "kubefill-controller.cdi.kubevirt.io"}
+	zapOpts := zap.Options{}
+	cmd := &cobra.Command{
+		Use:   "controller",
+		Short: "Run the Kubefill controllers",
+		Long: "Runs the controller manager: the DataVolume, StorageProfile and CDIConfig controllers and the populators.\n" +
+			"Today it observes and logs DataVolumes only; the reconcilers land with the populators.",
+		Example: "  kubefill controller --kubeconfig ~/.kube/config --leader-elect=false",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+			cfg, err := config.GetConfig()
+			if err != nil {
+				return err
+			}
+			mgr, err := controller.NewManager(cfg, opts)
+			if err != nil {
+				return err
+			}
+			ctrl.Log.WithName("setup").Info("starting controller manager", "version", version)
+			return mgr.Start(ctrl.SetupSignalHandler())
+		},
+	}
+	flags := cmd.Flags()
+	// controller-runtime registers --kubeconfig on the standard flag set.
+	flags.AddGoFlag(flag.CommandLine.Lookup("kubeconfig"))
+	flags.StringVar(&opts.MetricsBindAddress, "metrics-bind-address", ":8080", "address the metrics endpoint binds to; 0 disables it")
+	flags.StringVar(&opts.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "address the health and readiness probes bind to")
+	flags.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect a leader so that only one replica reconciles at a time")
+	flags.StringVar(&opts.LeaderElectionNS, "leader-election-namespace", "", "namespace of the leader-election lease (default: the pod's namespace)")
+	goFlags := flag.NewFlagSet("zap", flag.ContinueOnError)
+	zapOpts.BindFlags(goFlags)
+	flags.AddGoFlagSet(goFlags)
+	return cmd
 }

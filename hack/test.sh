@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Runs Kubefill's tests. With no argument it runs every stage in order:
+#   checks       gofmt, go vet, generated files up to date, API module builds alone
+#   unit         go test over the product packages and the API module
+#   integration  tests/integration against a real kube-apiserver and etcd
+#   e2e          tests/e2e on the local cluster (real controllers, CSI, pods)
+# Name stages to run only those: hack/test.sh unit integration
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export GOTOOLCHAIN=local
+
+stages=("$@")
+[ ${#stages[@]} -gt 0 ] || stages=(checks unit integration e2e)
+
+API_DIR=staging/src/github.com/kubefill/kubefill-api
+t0=$(date +%s)
+stage() { echo; echo "=== $1 ($(( $(date +%s) - t0 ))s elapsed)"; }
+
+has_go_files() { [ -d "$1" ] && [ -n "$(find "$1" -name '*.go' -print -quit)" ]; }
+
+run_checks() {
+  stage "checks"
+  make --no-print-directory fmt
+  go vet ./...
+  (cd "$API_DIR" && go vet ./... && go build ./...)
+  make --no-print-directory verify-generated
+}
+
+run_unit() {
+  stage "unit tests"
+  bash hack/deps.sh
+  local pkgs=(./cmd/...)
+  has_go_files pkg && pkgs+=(./pkg/...)
+  go test -count=1 -timeout 15m "${pkgs[@]}"
+  (cd "$API_DIR" && go test -count=1 ./...)
+  if [ -f hack/fuzz.sh ]; then
+    stage "short fuzzing"
+    bash hack/fuzz.sh
+  fi
+}
+
+run_integration() {
+  stage "integration tests (real kube-apiserver + etcd)"
+  KUBEBUILDER_ASSETS="$(bash hack/testbin.sh)"
+  export KUBEBUILDER_ASSETS
+  go test -count=1 -timeout 20m ./tests/integration/...
+}
+
+run_e2e() {
+  if ! has_go_files tests/e2e; then
+    stage "e2e: no tests/e2e yet, skipped"
+    return
+  fi
+  stage "end-to-end tests (local cluster)"
+  bash hack/deps.sh
+  KUBEBUILDER_ASSETS="$(bash hack/testbin.sh)"
+  export KUBEBUILDER_ASSETS
+  go test -count=1 -timeout 40m ./tests/e2e/...
+}
+
+for s in "${stages[@]}"; do
+  case "$s" in
+    checks) run_checks ;;
+    unit) run_unit ;;
+    integration) run_integration ;;
+    e2e) run_e2e ;;
+    *) echo "unknown stage $s (want checks, unit, integration or e2e)" >&2; exit 2 ;;
+  esac
+done
+echo; echo "=== all requested stages passed in $(( $(date +%s) - t0 ))s"
