@@ -1,8 +1,54 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
 
-// Owned by the data-path work (issue 4); replaced when the importer lands.
+	"github.com/spf13/cobra"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/kubefill/kubefill/pkg/importer"
+)
+
+// newImporterCommand runs one import job inside an importer pod. The job
+// comes from CDI's importer environment variables (see package importer);
+// the flags only override where things are.
 func newImporterCommand() *cobra.Command {
-	return notImplemented("importer", "Import a disk image into a volume inside the importer pod")
+	p := importer.DefaultPaths()
+	var verbose bool
+	cmd := &cobra.Command{
+		Use:   "importer",
+		Short: "Import a disk image into a volume inside the importer pod",
+		Long: "Import a disk image (HTTP(S), S3, registry or blank) into a volume.\n" +
+			"The job is read from the environment (IMPORTER_SOURCE, IMPORTER_ENDPOINT, IMPORTER_CONTENTTYPE,\n" +
+			"IMPORTER_IMAGE_SIZE, IMPORTER_ACCESS_KEY_ID, IMPORTER_SECRET_KEY, IMPORTER_CERT_DIR, IMPORTER_CHECKSUM,\n" +
+			"FILESYSTEM_OVERHEAD, PREALLOCATION, OWNER_UID, ...). The outcome is written as JSON to the termination log.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := zap.New(zap.UseDevMode(verbose))
+			ctrllog.SetLogger(log)
+			cfg, err := importer.ConfigFromEnv(os.Getenv, os.Environ())
+			if err != nil {
+				text := err.Error()
+				_ = importer.WriteTerminationMessage(p.TerminationLog, importer.TerminationMessage{Outcome: importer.OutcomeFailed, Message: &text})
+				return err
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+			defer stop()
+			return importer.Run(ctx, cfg, p, log.WithName("importer"))
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&p.DataPath, "data-path", p.DataPath, "image file on a Filesystem volume")
+	f.StringVar(&p.BlockPath, "block-path", p.BlockPath, "device of a Block volume (used when it exists)")
+	f.StringVar(&p.ScratchDir, "scratch-dir", p.ScratchDir, "scratch directory for formats that need conversion (used when it exists)")
+	f.StringVar(&p.TerminationLog, "termination-log", p.TerminationLog, "where the JSON termination message is written")
+	f.StringVar(&p.MetricsAddr, "metrics-addr", p.MetricsAddr, "address of the TLS /metrics endpoint; empty disables it")
+	f.StringVar(&p.MetricsCert, "metrics-cert-file", "", "TLS certificate for metrics (default: self-signed)")
+	f.StringVar(&p.MetricsKey, "metrics-key-file", "", "TLS key for metrics (default: self-signed)")
+	f.BoolVarP(&verbose, "verbose", "v", false, "verbose logging")
+	return cmd
 }

@@ -19,9 +19,9 @@ import (
 	"github.com/go-logr/logr/testr"
 
 	"github.com/kubefill/kubefill/pkg/datapath/archive"
-	"github.com/kubefill/kubefill/pkg/datapath/internal/testimg"
 	"github.com/kubefill/kubefill/pkg/datapath/qcow2"
 	"github.com/kubefill/kubefill/pkg/datapath/source"
+	"github.com/kubefill/kubefill/pkg/datapath/testimg"
 )
 
 const imgSize = 16 << 20

@@ -28,8 +28,8 @@ import (
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
-	"github.com/kubefill/kubefill/pkg/datapath/internal/testimg"
 	"github.com/kubefill/kubefill/pkg/datapath/source"
+	"github.com/kubefill/kubefill/pkg/datapath/testimg"
 )
 
 func TestParseS3URL(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kubefill/kubefill/pkg/datapath/internal/testimg"
+	"github.com/kubefill/kubefill/pkg/datapath/testimg"
 )
 
 func TestParseInfoTable(t *testing.T) {

@@ -11,8 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/kubefill/kubefill/pkg/datapath/internal/testimg"
 	"github.com/kubefill/kubefill/pkg/datapath/sink"
+	"github.com/kubefill/kubefill/pkg/datapath/testimg"
 )
 
 func header(t *testing.T, version uint32, mutate func(b []byte)) []byte {

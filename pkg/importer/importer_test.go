@@ -1,0 +1,260 @@
+package importer
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/go-logr/logr/testr"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kubefill/kubefill/pkg/datapath/testimg"
+)
+
+func env(m map[string]string) (func(string) string, []string) {
+	var list []string
+	for k, v := range m {
+		list = append(list, k+"="+v)
+	}
+	return func(k string) string { return m[k] }, list
+}
+
+func TestConfigFromEnv(t *testing.T) {
+	tests := []struct {
+		name    string
+		env     map[string]string
+		wantErr string
+		check   func(t *testing.T, c *Config)
+	}{
+		{name: "defaults", env: map[string]string{EnvEndpoint: "http://x/disk.img"}, check: func(t *testing.T, c *Config) {
+			if c.Source != SourceHTTP || c.ContentType != "kubevirt" || c.FilesystemOverhead != 0.06 || c.ImageSize != 0 || c.Preallocation {
+				t.Fatalf("%+v", c)
+			}
+		}},
+		{name: "full", env: map[string]string{
+			EnvSource: "S3", EnvEndpoint: "s3://b/k", EnvContentType: "archive", EnvImageSize: "10Gi",
+			EnvFilesystemOverhead: "0.1", EnvPreallocation: "true", EnvInsecureTLS: "true", EnvOwnerUID: "uid",
+			EnvChecksum: "sha256:00", EnvExtraHeaderPrefix + "1": "B: 2", EnvExtraHeaderPrefix + "0": "A: 1",
+			"HTTPS_PROXY": "http://proxy:3128", EnvNoProxy: ".local",
+		}, check: func(t *testing.T, c *Config) {
+			if c.Source != SourceS3 || c.ContentType != "archive" || c.ImageSize != 10<<30 || c.FilesystemOverhead != 0.1 ||
+				!c.Preallocation || !c.InsecureTLS || c.OwnerUID != "uid" || c.Checksum != "sha256:00" ||
+				strings.Join(c.ExtraHeaders, ",") != "A: 1,B: 2" || c.HTTPSProxy != "http://proxy:3128" || c.NoProxy != ".local" {
+				t.Fatalf("%+v", c)
+			}
+		}},
+		{name: "blank needs no endpoint", env: map[string]string{EnvSource: "none", EnvImageSize: "1G"}},
+		{name: "missing endpoint", env: map[string]string{}, wantErr: EnvEndpoint},
+		{name: "bad source", env: map[string]string{EnvSource: "vddk", EnvEndpoint: "x"}, wantErr: "not supported"},
+		{name: "bad content type", env: map[string]string{EnvEndpoint: "x", EnvContentType: "iso"}, wantErr: EnvContentType},
+		{name: "bad size", env: map[string]string{EnvEndpoint: "x", EnvImageSize: "ten"}, wantErr: EnvImageSize},
+		{name: "bad overhead", env: map[string]string{EnvEndpoint: "x", EnvFilesystemOverhead: "1.5"}, wantErr: EnvFilesystemOverhead},
+		{name: "bad bool", env: map[string]string{EnvEndpoint: "x", EnvPreallocation: "maybe"}, wantErr: EnvPreallocation},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			get, list := env(tc.env)
+			c, err := ConfigFromEnv(get, list)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.check != nil {
+				tc.check(t, c)
+			}
+		})
+	}
+}
+
+func TestUsableSize(t *testing.T) {
+	for _, c := range []struct {
+		req, avail int64
+		ovh        float64
+		want       int64
+	}{
+		{1 << 30, 0, 0.06, 1009316864},
+		{1 << 30, 2 << 30, 0.06, 1009316864},
+		{1 << 30, 512 << 20, 0, 512 << 20},
+		{0, 100 << 20, 0.5, 50 << 20},
+		{0, 0, 0.06, 0},
+		{1000, 0, 0, 512},
+	} {
+		if got := UsableSize(c.req, c.avail, c.ovh); got != c.want {
+			t.Errorf("UsableSize(%d,%d,%g) = %d, want %d", c.req, c.avail, c.ovh, got, c.want)
+		}
+	}
+}
+
+func TestParseHeaders(t *testing.T) {
+	h, err := ParseHeaders([]string{"x-token: abc", "Accept: a", "Accept: b"})
+	if err != nil || h.Get("X-Token") != "abc" || len(h.Values("Accept")) != 2 {
+		t.Fatalf("%v %v", h, err)
+	}
+	for _, bad := range []string{"novalue", ": v", "a b: c", "a: b\r\nc: d"} {
+		_, err := ParseHeaders([]string{bad})
+		if err == nil {
+			t.Errorf("%q accepted", bad)
+		} else if strings.Contains(err.Error(), "c: d") {
+			t.Errorf("error echoes the header value: %v", err)
+		}
+	}
+}
+
+func TestChooseDestination(t *testing.T) {
+	p := DefaultPaths()
+	if d := ChooseDestination(p, os.ModeDevice, true); !d.Block || d.Path != DefaultBlockPath {
+		t.Fatal(d)
+	}
+	if d := ChooseDestination(p, 0, true); d.Block || d.Path != DefaultDataPath {
+		t.Fatal(d)
+	}
+	if d := ChooseDestination(p, 0, false); d.Block {
+		t.Fatal(d)
+	}
+}
+
+func TestTerminationMessageEncode(t *testing.T) {
+	long := strings.Repeat("x", 10000)
+	b, err := TerminationMessage{Outcome: OutcomeFailed, Message: &long}.Encode()
+	if err != nil || len(b) > 4096 {
+		t.Fatalf("len %d err %v", len(b), err)
+	}
+	var m TerminationMessage
+	if err := json.Unmarshal(b, &m); err != nil || m.Outcome != OutcomeFailed || !strings.HasSuffix(*m.Message, "...") {
+		t.Fatalf("%s", b)
+	}
+}
+
+func TestMetricsOverTLS(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	p, err := NewProgress(reg, "owner-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := StartMetrics("127.0.0.1:0", "", "", reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ms.Close()
+	p.Update(425, 1000)
+	p.Update(100, 1000)                                                                                        // progress never goes back
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // self-signed, as Prometheus scrapes it
+	resp, err := client.Get("https://" + ms.Addr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.TLS == nil {
+		t.Fatal("metrics not served over TLS")
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(body), `kubevirt_cdi_import_progress_total{ownerUID="owner-1"} 42.5`) {
+		t.Fatalf("metrics:\n%s", body)
+	}
+	// Plain HTTP must not get metrics.
+	if r, err := http.Get("http://" + ms.Addr() + "/metrics"); err == nil {
+		r.Body.Close()
+		if r.StatusCode == http.StatusOK {
+			t.Fatal("metrics served over plain HTTP")
+		}
+	}
+}
+
+func runJob(t *testing.T, vars map[string]string, p Paths) (TerminationMessage, error) {
+	t.Helper()
+	get, list := env(vars)
+	cfg, err := ConfigFromEnv(get, list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runErr := Run(context.Background(), cfg, p, testr.New(t))
+	b, err := os.ReadFile(p.TerminationLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m TerminationMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("termination message %q: %v", b, err)
+	}
+	return m, runErr
+}
+
+func TestRunEndToEnd(t *testing.T) {
+	testimg.RequireQemuImg(t)
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, 8<<20)
+	want := testimg.RawSHA256(t, raw, "raw")
+	testimg.Convert(t, raw, "raw", filepath.Join(dir, "disk.qcow2"), "qcow2", "-c")
+	testimg.Convert(t, raw, "raw", filepath.Join(dir, "disk.vmdk"), "vmdk")
+	srv := testimg.NewServer(t, dir, false)
+	srv.Header, srv.Value = "X-Secret", "hunter2"
+	hdrDir := t.TempDir()
+	os.WriteFile(filepath.Join(hdrDir, "secretHeader"), []byte("X-Secret: hunter2\n"), 0o600)
+
+	paths := func() Paths {
+		vol := t.TempDir()
+		return Paths{DataPath: filepath.Join(vol, "disk.img"), BlockPath: filepath.Join(vol, "no-block"), ScratchDir: filepath.Join(vol, "no-scratch"), TerminationLog: filepath.Join(vol, "termination-log")}
+	}
+
+	// qcow2 over HTTP with a secret header, resized to 64Mi minus overhead.
+	p := paths()
+	m, err := runJob(t, map[string]string{EnvEndpoint: srv.FileURL("disk.qcow2"), EnvImageSize: "64Mi", EnvSecretExtraHeadersDir: hdrDir, EnvOwnerUID: "u1"}, p)
+	if err != nil || m.Outcome != OutcomeSucceeded || *m.Message != MessageImportComplete || m.PreallocationApplied == nil || *m.PreallocationApplied {
+		t.Fatalf("qcow2 import: %v %+v", err, m)
+	}
+	st, _ := os.Stat(p.DataPath)
+	if st.Size() != UsableSize(64<<20, 0, 0.06) {
+		t.Fatalf("image size %d", st.Size())
+	}
+	os.Truncate(p.DataPath, 8<<20)
+	if testimg.FileSHA256(t, p.DataPath) != want {
+		t.Fatal("data mismatch")
+	}
+
+	// vmdk without a scratch volume: scratchSpaceRequired, failure.
+	p = paths()
+	m, err = runJob(t, map[string]string{EnvEndpoint: srv.FileURL("disk.vmdk"), EnvImageSize: "64Mi", EnvSecretExtraHeadersDir: hdrDir}, p)
+	if err == nil || m.Outcome != OutcomeFailed || m.ScratchSpaceRequired == nil || !*m.ScratchSpaceRequired {
+		t.Fatalf("vmdk without scratch: %v %+v", err, m)
+	}
+	// ... and with one it works.
+	os.Mkdir(p.ScratchDir, 0o755)
+	m, err = runJob(t, map[string]string{EnvEndpoint: srv.FileURL("disk.vmdk"), EnvImageSize: "64Mi", EnvSecretExtraHeadersDir: hdrDir, EnvPreallocation: "true"}, p)
+	if err != nil || m.Outcome != OutcomeSucceeded || !*m.PreallocationApplied {
+		t.Fatalf("vmdk with scratch: %v %+v", err, m)
+	}
+
+	// Too big: fails early with a clear message and no success marker.
+	p = paths()
+	m, err = runJob(t, map[string]string{EnvEndpoint: srv.FileURL("disk.qcow2"), EnvImageSize: "4Mi", EnvSecretExtraHeadersDir: hdrDir}, p)
+	if err == nil || m.Outcome != OutcomeFailed || !strings.Contains(*m.Message, "larger than the target") {
+		t.Fatalf("too big: %v %+v", err, m)
+	}
+	// Without the secret header the server refuses; the secret is not in the message.
+	p = paths()
+	m, err = runJob(t, map[string]string{EnvEndpoint: srv.FileURL("disk.qcow2"), EnvImageSize: "64Mi", EnvSecretExtraHeadersDir: t.TempDir(), EnvAccessKeyID: "user", EnvSecretKey: "pa55word"}, p)
+	if err == nil || m.Outcome != OutcomeFailed || !strings.Contains(*m.Message, "403") || strings.Contains(*m.Message, "pa55word") {
+		t.Fatalf("forbidden: %v %+v", err, m)
+	}
+
+	// Blank.
+	p = paths()
+	m, err = runJob(t, map[string]string{EnvSource: SourceNone, EnvImageSize: "1Gi"}, p)
+	if err != nil || m.Outcome != OutcomeSucceeded {
+		t.Fatalf("blank: %v %+v", err, m)
+	}
+	if st, _ := os.Stat(p.DataPath); st.Size() != UsableSize(1<<30, 0, 0.06) {
+		t.Fatalf("blank size %d", st.Size())
+	}
+}

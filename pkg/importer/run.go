@@ -1,0 +1,233 @@
+package importer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/textproto"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
+
+	"github.com/kubefill/kubefill/pkg/datapath"
+	"github.com/kubefill/kubefill/pkg/datapath/source"
+)
+
+// Paths are the importer pod's file locations; each can be overridden.
+type Paths struct {
+	DataPath       string // image file on a Filesystem volume
+	BlockPath      string // device of a Block volume
+	ScratchDir     string // scratch volume; used only if it exists
+	TerminationLog string
+	// MetricsAddr is where /metrics is served over TLS; empty disables it.
+	MetricsAddr             string
+	MetricsCert, MetricsKey string
+}
+
+// DefaultPaths returns CDI's paths and port 8443 for metrics.
+func DefaultPaths() Paths {
+	return Paths{
+		DataPath:       DefaultDataPath,
+		BlockPath:      DefaultBlockPath,
+		ScratchDir:     DefaultScratchDir,
+		TerminationLog: DefaultTerminationLog,
+		MetricsAddr:    ":8443",
+	}
+}
+
+// Destination is where the image goes.
+type Destination struct {
+	Path  string
+	Block bool
+}
+
+// ChooseDestination picks the Block device when it exists as a device,
+// otherwise the image file. It is pure given the stat result.
+func ChooseDestination(p Paths, blockMode os.FileMode, blockExists bool) Destination {
+	if blockExists && blockMode&os.ModeDevice != 0 {
+		return Destination{Path: p.BlockPath, Block: true}
+	}
+	return Destination{Path: p.DataPath}
+}
+
+// ParseHeaders turns "Name: value" lines into a header. Values are never
+// echoed in errors, since they may be secrets.
+func ParseHeaders(lines []string) (http.Header, error) {
+	h := http.Header{}
+	for i, l := range lines {
+		k, v, ok := strings.Cut(l, ":")
+		k = strings.TrimSpace(k)
+		if !ok || k == "" || strings.ContainsAny(k, " \t\r\n") || strings.ContainsAny(v, "\r\n") {
+			return nil, fmt.Errorf("extra header %d is not of the form \"Name: value\"", i)
+		}
+		h.Add(textproto.CanonicalMIMEHeaderKey(k), strings.TrimSpace(v))
+	}
+	return h, nil
+}
+
+// Run performs the import described by cfg, serves metrics meanwhile, and
+// writes the termination message. It returns the import error, if any.
+func Run(ctx context.Context, cfg *Config, p Paths, log logr.Logger) error {
+	reg := prometheus.NewRegistry()
+	progress, err := NewProgress(reg, cfg.OwnerUID)
+	if err != nil {
+		return err
+	}
+	if p.MetricsAddr != "" {
+		ms, err := StartMetrics(p.MetricsAddr, p.MetricsCert, p.MetricsKey, reg)
+		if err != nil {
+			log.Error(err, "metrics disabled")
+		} else {
+			defer ms.Close()
+			log.Info("serving metrics over TLS", "addr", ms.Addr())
+		}
+	}
+	res, runErr := runImport(ctx, cfg, p, log, progress)
+	msg := TerminationMessage{Outcome: OutcomeSucceeded}
+	if runErr != nil {
+		text := runErr.Error()
+		msg = TerminationMessage{Outcome: OutcomeFailed, Message: &text}
+		if errors.Is(runErr, datapath.ErrScratchRequired) {
+			t := true
+			msg.ScratchSpaceRequired = &t
+		}
+		log.Error(runErr, "import failed")
+	} else {
+		progress.Set(100)
+		text := MessageImportComplete
+		prealloc := res.PreallocationApplied
+		msg.Message, msg.PreallocationApplied = &text, &prealloc
+		log.Info("import complete", "format", res.Format, "wrappers", res.Wrappers, "method", res.Method,
+			"virtualSize", res.VirtualSize, "bytesWritten", res.Written, "preallocated", prealloc)
+	}
+	if p.TerminationLog != "" {
+		if err := WriteTerminationMessage(p.TerminationLog, msg); err != nil {
+			log.Error(err, "cannot write termination message")
+			if runErr == nil {
+				return err
+			}
+		}
+	}
+	return runErr
+}
+
+func runImport(ctx context.Context, cfg *Config, p Paths, log logr.Logger, progress *Progress) (*datapath.Result, error) {
+	st, statErr := os.Stat(p.BlockPath)
+	var mode os.FileMode
+	if statErr == nil {
+		mode = st.Mode()
+	}
+	dst := ChooseDestination(p, mode, statErr == nil)
+	opt := datapath.Options{
+		ContentType: datapath.ContentType(cfg.ContentType),
+		Path:        dst.Path,
+		Block:       dst.Block,
+		Preallocate: cfg.Preallocation,
+		Progress:    progress.Update,
+		Log:         log,
+	}
+	if fi, err := os.Stat(p.ScratchDir); err == nil && fi.IsDir() {
+		opt.ScratchDir = p.ScratchDir
+	}
+	var err error
+	if opt.Checksum, err = datapath.ParseChecksum(cfg.Checksum); err != nil {
+		return nil, err
+	}
+	if dst.Block {
+		if opt.ContentType == datapath.ContentArchive {
+			return nil, errors.New("content type archive needs a Filesystem volume, not a Block one")
+		}
+		if opt.Size, err = deviceSize(dst.Path); err != nil {
+			return nil, err
+		}
+		if cfg.ImageSize > 0 && cfg.ImageSize < opt.Size {
+			opt.Size = cfg.ImageSize
+		}
+	} else {
+		dir := filepath.Dir(dst.Path)
+		if opt.ContentType == datapath.ContentArchive {
+			opt.Path = dir
+		}
+		var fs unix.Statfs_t
+		if err := unix.Statfs(dir, &fs); err != nil {
+			return nil, fmt.Errorf("destination volume %s: %w", dir, err)
+		}
+		avail := int64(fs.Bavail) * int64(fs.Bsize)
+		if fi, err := os.Stat(dst.Path); err == nil && opt.ContentType != datapath.ContentArchive {
+			avail += fi.Size() // an old image here is replaced
+		}
+		opt.Size = UsableSize(cfg.ImageSize, avail, cfg.FilesystemOverhead)
+		if opt.Size <= 0 {
+			return nil, fmt.Errorf("destination volume %s has no usable space", dir)
+		}
+	}
+	log.Info("starting import", "source", cfg.Source, "contentType", cfg.ContentType, "destination", opt.Path,
+		"block", opt.Block, "usableSize", opt.Size, "preallocation", opt.Preallocate, "scratch", opt.ScratchDir)
+	if cfg.Source == SourceNone {
+		if opt.ContentType == datapath.ContentArchive {
+			return nil, errors.New("a blank image cannot have content type archive")
+		}
+		return datapath.Blank(ctx, opt)
+	}
+	src, err := buildSource(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return datapath.Import(ctx, src, opt)
+}
+
+func deviceSize(p string) (int64, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return 0, fmt.Errorf("opening block device: %w", err)
+	}
+	defer f.Close()
+	n, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
+		return 0, fmt.Errorf("sizing block device: %w", err)
+	}
+	return n, nil
+}
+
+func buildSource(cfg *Config) (source.Source, error) {
+	ca, err := source.LoadPEMDir(cfg.CertDir)
+	if err != nil {
+		return nil, err
+	}
+	switch cfg.Source {
+	case SourceHTTP:
+		lines := append([]string(nil), cfg.ExtraHeaders...)
+		dir := cfg.SecretHeadersDir
+		if dir == "" {
+			dir = DefaultSecretHeadersDir
+		}
+		secret, err := ReadHeaderDir(dir)
+		if err != nil {
+			return nil, err
+		}
+		hdr, err := ParseHeaders(append(lines, secret...))
+		if err != nil {
+			return nil, err
+		}
+		proxyCA, err := source.LoadPEMDir(cfg.ProxyCertDir)
+		if err != nil {
+			return nil, err
+		}
+		return source.NewHTTP(source.HTTPConfig{
+			URL: cfg.Endpoint, CAPEM: ca, InsecureSkipVerify: cfg.InsecureTLS,
+			Username: cfg.AccessKeyID, Password: cfg.SecretKey, Header: hdr,
+			HTTPProxy: cfg.HTTPProxy, HTTPSProxy: cfg.HTTPSProxy, NoProxy: cfg.NoProxy, ProxyCAPEM: proxyCA,
+		})
+	case SourceS3:
+		return source.NewS3(source.S3Config{URL: cfg.Endpoint, AccessKey: cfg.AccessKeyID, SecretKey: cfg.SecretKey, CAPEM: ca, InsecureSkipVerify: cfg.InsecureTLS})
+	case SourceRegistry:
+		return source.NewRegistry(source.RegistryConfig{URL: cfg.Endpoint, Username: cfg.AccessKeyID, Password: cfg.SecretKey, CAPEM: ca, InsecureSkipVerify: cfg.InsecureTLS, Architecture: cfg.RegistryArch})
+	}
+	return nil, fmt.Errorf("unsupported source %q", cfg.Source)
+}
