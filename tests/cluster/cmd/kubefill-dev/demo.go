@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+)
+
+const demoNamespace = "kubefill-demo"
+
+// runDemo shows the cluster's storage at work: a PVC on the default storage
+// class is provisioned and bound, a pod writes into it, a second pod reads
+// it back.
+func runDemo(args []string) error {
+	fs := flag.NewFlagSet("demo", flag.ExitOnError)
+	kubeconfig := fs.String("kubeconfig", "", "admin kubeconfig of the cluster")
+	_ = fs.Parse(args)
+	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	if err != nil {
+		return fmt.Errorf("load kubeconfig: %w", err)
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	_, err = client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: demoNamespace}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace: %w", err)
+	}
+	if err := poll(ctx, func() (bool, error) {
+		_, err := client.CoreV1().ServiceAccounts(demoNamespace).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	}); err != nil {
+		return fmt.Errorf("default service account: %w", err)
+	}
+	name := fmt.Sprintf("demo-%d", time.Now().Unix())
+	start := time.Now()
+	_, err = client.CoreV1().PersistentVolumeClaims(demoNamespace).Create(ctx, &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("64Mi")}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("create PVC: %w", err)
+	}
+	var pvc *corev1.PersistentVolumeClaim
+	if err := poll(ctx, func() (bool, error) {
+		pvc, err = client.CoreV1().PersistentVolumeClaims(demoNamespace).Get(ctx, name, metav1.GetOptions{})
+		return err == nil && pvc.Status.Phase == corev1.ClaimBound, nil
+	}); err != nil {
+		return fmt.Errorf("PVC %s never bound: %w", name, err)
+	}
+	fmt.Printf("PVC %s/%s: %s to %s (storage class %s) in %s\n", demoNamespace, name, pvc.Status.Phase, pvc.Spec.VolumeName,
+		ptr.Deref(pvc.Spec.StorageClassName, ""), time.Since(start).Round(time.Millisecond))
+
+	msg := fmt.Sprintf("written by a pod at %s", time.Now().UTC().Format(time.RFC3339))
+	if _, err := runDemoPod(ctx, client, name+"-writer", name, fmt.Sprintf("echo '%s' > /data/hello.txt && sync", msg)); err != nil {
+		return err
+	}
+	fmt.Printf("pod %s-writer: Succeeded (wrote /data/hello.txt)\n", name)
+	got, err := runDemoPod(ctx, client, name+"-reader", name, "cat /data/hello.txt > /dev/termination-log")
+	if err != nil {
+		return err
+	}
+	fmt.Printf("pod %s-reader: Succeeded, read back: %s", name, got)
+	if got != msg+"\n" {
+		return fmt.Errorf("read back %q, wrote %q", got, msg)
+	}
+	return nil
+}
+
+func runDemoPod(ctx context.Context, client kubernetes.Interface, name, claim, script string) (string, error) {
+	_, err := client.CoreV1().Pods(demoNamespace).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{
+				Name: "main", Image: "busybox", Command: []string{"sh", "-c", script},
+				VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
+			}},
+			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("create pod %s: %w", name, err)
+	}
+	var pod *corev1.Pod
+	if err := poll(ctx, func() (bool, error) {
+		pod, err = client.CoreV1().Pods(demoNamespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed, nil
+	}); err != nil {
+		return "", fmt.Errorf("pod %s never finished: %w", name, err)
+	}
+	if pod.Status.Phase != corev1.PodSucceeded || len(pod.Status.ContainerStatuses) == 0 || pod.Status.ContainerStatuses[0].State.Terminated == nil {
+		return "", fmt.Errorf("pod %s: %s %+v", name, pod.Status.Phase, pod.Status.ContainerStatuses)
+	}
+	return pod.Status.ContainerStatuses[0].State.Terminated.Message, nil
+}
+
+func poll(ctx context.Context, cond func() (bool, error)) error {
+	for {
+		ok, err := cond()
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return errors.New("timed out")
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+
+	"github.com/kubefill/kubefill/tests/cluster"
+)
+
+// defaultDevDir is where `up` keeps the dev cluster unless told otherwise.
+func defaultDevDir() string {
+	if d := os.Getenv("KUBEFILL_DEV_DIR"); d != "" {
+		return d
+	}
+	return filepath.Join(os.TempDir(), "kubefill-dev")
+}
+
+func runUp(args []string) error {
+	fs := flag.NewFlagSet("up", flag.ExitOnError)
+	dir := fs.String("dir", defaultDevDir(), "directory for the cluster's state, logs and volumes")
+	_ = fs.Parse(args)
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find own binary: %w", err)
+	}
+	if st, err := cluster.LoadState(*dir); err == nil {
+		if st.Running() {
+			fmt.Printf("a cluster is already running in %s\nKUBECONFIG=%s\n", *dir, st.Kubeconfig)
+			return nil
+		}
+		log.Printf("removing the remains of a stopped cluster in %s", *dir)
+		if err := cluster.Teardown(*dir, true); err != nil {
+			return err
+		}
+	}
+	c, err := cluster.Start(context.Background(), cluster.Options{
+		Dir:          *dir,
+		Storage:      true,
+		NodeAgent:    true,
+		Detach:       true,
+		KeepDir:      true,
+		HelperBinary: self,
+		Logf:         log.Printf,
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("cluster up in %s\n", c.StartupDuration.Round(1e6))
+	fmt.Printf("KUBECONFIG=%s\n", c.Kubeconfig)
+	return nil
+}
+
+func runDown(args []string) error {
+	fs := flag.NewFlagSet("down", flag.ExitOnError)
+	dir := fs.String("dir", defaultDevDir(), "directory `up` used")
+	_ = fs.Parse(args)
+	if _, err := os.Stat(*dir); errors.Is(err, os.ErrNotExist) {
+		fmt.Printf("nothing to do: %s does not exist\n", *dir)
+		return nil
+	}
+	if err := cluster.Teardown(*dir, true); err != nil {
+		return err
+	}
+	fmt.Printf("removed the cluster in %s\n", *dir)
+	return nil
+}
+
+func osExecutable() (string, error) {
+	p, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("find own binary: %w", err)
+	}
+	return p, nil
+}

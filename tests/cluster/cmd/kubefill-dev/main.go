@@ -1,0 +1,90 @@
+// Command kubefill-dev is the local cluster's multi-call helper binary, built
+// from tests/ and never shipped:
+//
+//	kubefill-dev up [--dir DIR]     start the local cluster and leave it running
+//	kubefill-dev down [--dir DIR]   remove everything `up` made
+//	kubefill-dev demo --kubeconfig  a PVC provisioned, bound, written and read by pods
+//	kubefill-dev csi-driver ...     the hostpath CSI driver
+//	kubefill-dev node-agent ...     the node agent (kubelet stand-in)
+//	kubefill-dev pod-init ...       (internal) a container's first process
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/kubefill/kubefill/tests/csi/hostpath"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+		os.Exit(2)
+	}
+	cmd, args := os.Args[1], os.Args[2:]
+	var err error
+	switch cmd {
+	case "up":
+		err = runUp(args)
+	case "down":
+		err = runDown(args)
+	case "demo":
+		err = runDemo(args)
+	case "csi-driver":
+		err = runCSIDriver(args)
+	case "node-agent":
+		err = runNodeAgent(args)
+	case "pod-init":
+		err = runPodInit(args)
+	case "-h", "--help", "help":
+		usage()
+		return
+	default:
+		fmt.Fprintf(os.Stderr, "kubefill-dev: unknown command %q\n", cmd)
+		usage()
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kubefill-dev %s: %v\n", cmd, err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprint(os.Stderr, `usage: kubefill-dev <command> [flags]
+
+commands:
+  up          start the local cluster (control plane, CSI storage, node agent) and leave it running
+  down        stop the local cluster and remove its processes, mounts, network namespaces and veths
+  demo        provision a PVC on the default class, write it from a pod, read it back from another
+  csi-driver  serve the hostpath CSI driver
+  node-agent  run the node agent
+`)
+}
+
+// signalContext is cancelled on SIGINT or SIGTERM.
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+}
+
+func runCSIDriver(args []string) error {
+	fs := flag.NewFlagSet("csi-driver", flag.ExitOnError)
+	name := fs.String("name", "hostpath.csi.kubefill.test", "CSI driver name")
+	endpoint := fs.String("endpoint", "", "unix socket path to serve on")
+	dataDir := fs.String("data-dir", "", "directory that holds volumes and snapshots")
+	nodeID := fs.String("node-id", "", "node id reported by NodeGetInfo")
+	_ = fs.Parse(args)
+	d, err := hostpath.New(hostpath.Config{Name: *name, Endpoint: *endpoint, DataDir: *dataDir, NodeID: *nodeID, Logf: log.Printf})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := signalContext()
+	defer cancel()
+	log.Printf("hostpath CSI driver %s serving on %s", *name, *endpoint)
+	return d.Serve(ctx)
+}
