@@ -1,0 +1,256 @@
+package admission
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+
+	"github.com/kubefill/kubefill/pkg/token"
+)
+
+// CloneSource is what a DataVolume clones from, after resolving a sourceRef.
+type CloneSource struct {
+	Resource  metav1.GroupVersionResource
+	Namespace string
+	Name      string
+}
+
+// IsSnapshot says whether the source is a VolumeSnapshot.
+func (c CloneSource) IsSnapshot() bool {
+	return c.Resource.Resource == token.ResourceVolumeSnapshot.Resource
+}
+
+// DataSourceGetter reads a DataSource.
+type DataSourceGetter func(ctx context.Context, namespace, name string) (*cdiv1.DataSource, error)
+
+// ResolveCloneSource returns the clone source of dv, or nil if dv does not
+// clone. A sourceRef is followed to its DataSource, and from there at most one
+// more DataSource, as CDI allows.
+func ResolveCloneSource(ctx context.Context, dv *cdiv1.DataVolume, get DataSourceGetter) (*CloneSource, error) {
+	fromPair := func(pvc *cdiv1.DataVolumeSourcePVC, snap *cdiv1.DataVolumeSourceSnapshot, defNS string) *CloneSource {
+		switch {
+		case pvc != nil:
+			return &CloneSource{Resource: token.ResourcePVC, Namespace: orDefault(pvc.Namespace, defNS), Name: pvc.Name}
+		case snap != nil:
+			return &CloneSource{Resource: token.ResourceVolumeSnapshot, Namespace: orDefault(snap.Namespace, defNS), Name: snap.Name}
+		}
+		return nil
+	}
+	if dv.Spec.Source != nil {
+		return fromPair(dv.Spec.Source.PVC, dv.Spec.Source.Snapshot, dv.Namespace), nil
+	}
+	ref := dv.Spec.SourceRef
+	if ref == nil || ref.Kind != cdiv1.DataVolumeDataSource {
+		return nil, nil
+	}
+	ns := dv.Namespace
+	if ref.Namespace != nil && *ref.Namespace != "" {
+		ns = *ref.Namespace
+	}
+	ds, err := get(ctx, ns, ref.Name)
+	if err != nil {
+		return nil, fmt.Errorf("reading DataSource %s/%s named by spec.sourceRef: %w", ns, ref.Name, err)
+	}
+	if next := ds.Spec.Source.DataSource; next != nil {
+		nns := orDefault(next.Namespace, ds.Namespace)
+		ds, err = get(ctx, nns, next.Name)
+		if err != nil {
+			return nil, fmt.Errorf("reading DataSource %s/%s that DataSource %s/%s points to: %w", nns, next.Name, ns, ref.Name, err)
+		}
+		if ds.Spec.Source.DataSource != nil {
+			return nil, fmt.Errorf("DataSource %s/%s points to another DataSource more than one level deep", ns, ref.Name)
+		}
+	}
+	return fromPair(ds.Spec.Source.PVC, ds.Spec.Source.Snapshot, ds.Namespace), nil
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// CloneAccessChecks returns the SubjectAccessReview attributes a user must
+// pass to clone from src: either every one of explicit, or every one of implicit.
+func CloneAccessChecks(src CloneSource) (explicit, implicit []authorizationv1.ResourceAttributes) {
+	explicit = []authorizationv1.ResourceAttributes{{
+		Namespace: src.Namespace, Verb: "create", Group: cdiv1.GroupName, Resource: "datavolumes",
+		Subresource: cdiv1.DataVolumeCloneSourceSubresource, Name: src.Name,
+	}}
+	implicit = []authorizationv1.ResourceAttributes{{Namespace: src.Namespace, Verb: "create", Resource: "pods"}}
+	if src.IsSnapshot() {
+		// Restoring a snapshot also needs a claim in the source namespace.
+		implicit = append(implicit, authorizationv1.ResourceAttributes{Namespace: src.Namespace, Verb: "create", Resource: "persistentvolumeclaims"})
+	}
+	return explicit, implicit
+}
+
+// CloneAuthorizer runs the SubjectAccessReviews of a clone.
+type CloneAuthorizer struct {
+	Client client.Client
+}
+
+// Authorize returns whether user may clone from src and, if not, a message
+// that names the permission to grant.
+func (a CloneAuthorizer) Authorize(ctx context.Context, user authenticationv1.UserInfo, src CloneSource) (bool, string, error) {
+	explicit, implicit := CloneAccessChecks(src)
+	all := func(attrs []authorizationv1.ResourceAttributes) (bool, error) {
+		for _, at := range attrs {
+			ok, err := a.review(ctx, user, at)
+			if err != nil || !ok {
+				return false, err
+			}
+		}
+		return true, nil
+	}
+	ok, err := all(explicit)
+	if err != nil || ok {
+		return ok, "", err
+	}
+	ok, err = all(implicit)
+	if err != nil || ok {
+		return ok, "", err
+	}
+	alt := "create pods"
+	if src.IsSnapshot() {
+		alt = "both create pods and create persistentvolumeclaims"
+	}
+	return false, fmt.Sprintf("user %q may not clone %s %s/%s: it needs create on datavolumes/source (API group %s) in namespace %q, or %s there",
+		user.Username, singular(src.Resource.Resource), src.Namespace, src.Name, cdiv1.GroupName, src.Namespace, alt), nil
+}
+
+func singular(resource string) string {
+	switch resource {
+	case "persistentvolumeclaims":
+		return "PersistentVolumeClaim"
+	case "volumesnapshots":
+		return "VolumeSnapshot"
+	}
+	return resource
+}
+
+func (a CloneAuthorizer) review(ctx context.Context, user authenticationv1.UserInfo, attrs authorizationv1.ResourceAttributes) (bool, error) {
+	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User: user.Username, UID: user.UID, Groups: user.Groups, ResourceAttributes: &attrs,
+	}}
+	if len(user.Extra) > 0 {
+		sar.Spec.Extra = map[string]authorizationv1.ExtraValue{}
+		for k, v := range user.Extra {
+			sar.Spec.Extra[k] = authorizationv1.ExtraValue(v)
+		}
+	}
+	if err := a.Client.Create(ctx, sar); err != nil {
+		return false, fmt.Errorf("SubjectAccessReview for %s %s in %s: %w", attrs.Verb, attrs.Resource, attrs.Namespace, err)
+	}
+	return sar.Status.Allowed && !sar.Status.Denied, nil
+}
+
+// DataVolumeMutator is the mutating webhook that authorises clones and adds
+// the clone token annotation.
+type DataVolumeMutator struct {
+	Client client.Client
+	Tokens token.Generator
+}
+
+// Admit implements AdmitFunc.
+func (m *DataVolumeMutator) Admit(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	if req.Kind.Group != cdiv1.GroupName || req.Kind.Kind != "DataVolume" {
+		return badRequest(fmt.Sprintf("this webhook mutates DataVolumes, not %s", req.Kind.String()))
+	}
+	// The token is issued once, when the DataVolume is created.
+	if req.Operation != admissionv1.Create {
+		return allowed()
+	}
+	var dv cdiv1.DataVolume
+	if err := json.Unmarshal(req.Object.Raw, &dv); err != nil {
+		return badRequest("cannot decode the DataVolume: " + err.Error())
+	}
+	if dv.Namespace == "" {
+		dv.Namespace = req.Namespace
+	}
+	targetName := dv.Name
+	if targetName == "" {
+		// generateName: the name is not known yet, and a token must name its target.
+		if dv.Spec.Source != nil && (dv.Spec.Source.PVC != nil || dv.Spec.Source.Snapshot != nil) || dv.Spec.SourceRef != nil {
+			return badRequest("a cloning DataVolume needs metadata.name; generateName is not supported because the clone token names its target")
+		}
+		return allowed()
+	}
+	src, err := ResolveCloneSource(ctx, &dv, func(ctx context.Context, ns, name string) (*cdiv1.DataSource, error) {
+		var ds cdiv1.DataSource
+		if err := m.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &ds); err != nil {
+			return nil, err
+		}
+		return &ds, nil
+	})
+	if err != nil {
+		return badRequest(err.Error())
+	}
+	if src == nil {
+		_, had := dv.Annotations[cdiv1.AnnCloneToken]
+		if had {
+			// A token on a non-clone is meaningless; drop it rather than keep a stray credential.
+			return patchResponse(removeAnnotationPatch(cdiv1.AnnCloneToken))
+		}
+		return allowed()
+	}
+	if src.Name == "" {
+		return badRequest("the clone source names no object")
+	}
+	// Unlike CDI, which skips the check within one namespace, the review runs
+	// for same-namespace clones too: creating a DataVolume must not become a
+	// way to read a claim one could not otherwise mount.
+	ok, reason, err := CloneAuthorizer{Client: m.Client}.Authorize(ctx, req.UserInfo, *src)
+	if err != nil {
+		return internalError(err)
+	}
+	if !ok {
+		return forbidden(reason)
+	}
+	tok, err := m.Tokens.Generate(token.NewClonePayload(src.Resource, src.Namespace, src.Name, dv.Namespace, targetName))
+	if err != nil {
+		return internalError(fmt.Errorf("generating clone token: %w", err))
+	}
+	return patchResponse(setAnnotationPatch(dv.Annotations, cdiv1.AnnCloneToken, tok))
+}
+
+type patchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value,omitempty"`
+}
+
+func escapePointer(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
+}
+
+func setAnnotationPatch(current map[string]string, key, value string) []patchOp {
+	if current == nil {
+		return []patchOp{{Op: "add", Path: "/metadata/annotations", Value: map[string]string{key: value}}}
+	}
+	return []patchOp{{Op: "add", Path: "/metadata/annotations/" + escapePointer(key), Value: value}}
+}
+
+func removeAnnotationPatch(key string) []patchOp {
+	return []patchOp{{Op: "remove", Path: "/metadata/annotations/" + escapePointer(key)}}
+}
+
+func patchResponse(ops []patchOp) *admissionv1.AdmissionResponse {
+	data, err := json.Marshal(ops)
+	if err != nil {
+		return internalError(err)
+	}
+	pt := admissionv1.PatchTypeJSONPatch
+	return &admissionv1.AdmissionResponse{Allowed: true, Patch: data, PatchType: &pt}
+}

@@ -1,0 +1,123 @@
+package apiserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+	uploadv1 "github.com/kubefill/kubefill-api/upload/v1beta1"
+
+	"github.com/kubefill/kubefill/pkg/apiserver/admission"
+	"github.com/kubefill/kubefill/pkg/token"
+)
+
+// RunOptions configure the whole `kubefill apiserver` process.
+type RunOptions struct {
+	Options
+	// InstallNamespace holds the signing key Secret.
+	InstallNamespace  string
+	SigningKeySecret  string
+	UploadTokenTTL    time.Duration
+	CloneTokenTTL     time.Duration
+	TokenLeeway       time.Duration
+	DisableWebhooks   bool
+	AuthConfigTimeout time.Duration
+}
+
+// NewScheme knows the core types and Kubefill's API.
+func NewScheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, cdiv1.AddToScheme, uploadv1.AddToScheme} {
+		if err := add(s); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Run starts the aggregated API server and the webhooks and serves until ctx ends.
+func Run(ctx context.Context, restCfg *rest.Config, opts RunOptions) error {
+	log := logf.FromContext(ctx).WithName("apiserver")
+	if opts.InstallNamespace == "" {
+		return errors.New("the install namespace is required (--install-namespace or POD_NAMESPACE)")
+	}
+	if opts.SigningKeySecret == "" {
+		opts.SigningKeySecret = token.DefaultSigningKeySecretName
+	}
+	if opts.UploadTokenTTL <= 0 || opts.CloneTokenTTL <= 0 {
+		return fmt.Errorf("token lifetimes must be positive (upload %s, clone %s)", opts.UploadTokenTTL, opts.CloneTokenTTL)
+	}
+	kube, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("building Kubernetes client: %w", err)
+	}
+	scheme, err := NewScheme()
+	if err != nil {
+		return err
+	}
+	cl, err := client.New(restCfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("building client: %w", err)
+	}
+
+	auth := &AuthSource{}
+	if err := WatchAuthConfig(logf.IntoContext(ctx, log), kube, auth, orDuration(opts.AuthConfigTimeout, time.Minute)); err != nil {
+		return err
+	}
+	if auth.Get() == nil {
+		log.Info("authentication ConfigMap not present yet; every API request gets 401 until it appears",
+			"configmap", AuthConfigMapNamespace+"/"+AuthConfigMapName)
+	}
+
+	keys, err := token.EnsureSigningKeySecret(ctx, cl, opts.InstallNamespace, opts.SigningKeySecret)
+	if err != nil {
+		return err
+	}
+	log.Info("token signing key loaded", "secret", opts.InstallNamespace+"/"+opts.SigningKeySecret, "kid", token.KeyID(keys.Current))
+	ks := token.NewSecretKeySource(cl, opts.InstallNamespace, opts.SigningKeySecret, keys, opts.UploadTokenTTL+opts.TokenLeeway)
+
+	webhooks := map[string]http.Handler{}
+	if !opts.DisableWebhooks {
+		cloneTokens := token.NewDynamicGenerator(token.CloneTokenIssuer, ks.PrivateKey, opts.CloneTokenTTL)
+		webhooks[admission.PathDataVolumeValidate] = admission.Handler("datavolume-validate", (&admission.DataVolumeValidator{Client: cl}).Admit)
+		webhooks[admission.PathDataVolumeMutate] = admission.Handler("datavolume-mutate", (&admission.DataVolumeMutator{Client: cl, Tokens: cloneTokens}).Admit)
+		webhooks[admission.PathPopulatorValidate] = admission.Handler("populator-validate", admission.AdmitPopulator)
+	}
+	srv, err := NewServer(Config{
+		Kube:         kube,
+		Auth:         auth,
+		Authorizer:   SARAuthorizer{Client: kube},
+		UploadTokens: token.NewDynamicGenerator(token.UploadTokenIssuer, ks.PrivateKey, opts.UploadTokenTTL),
+		Webhooks:     webhooks,
+		Ready: func() error {
+			_, err := ks.PrivateKey()
+			return err
+		},
+	})
+	if err != nil {
+		return err
+	}
+	tlsCfg, err := TLSConfig(opts.Options, func(path string, data []byte) error { return os.WriteFile(path, data, 0o644) })
+	if err != nil {
+		return err
+	}
+	return srv.Serve(ctx, opts.Options, tlsCfg)
+}
+
+func orDuration(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
