@@ -55,6 +55,7 @@ require (
 	github.com/klauspost/cpuid/v2 v2.4.0 // indirect
 	github.com/klauspost/crc32 v1.3.0 // indirect
 	github.com/kubernetes-csi/csi-test/v5 v5.6.0 // indirect
+	github.com/kubernetes-csi/external-snapshotter/client/v6 v6.3.0 // indirect
 	github.com/kubernetes-csi/external-snapshotter/client/v8 v8.7.0 // indirect
 	github.com/lima-vm/go-qcow2reader v0.7.1 // indirect
 	github.com/minio/crc64nvme v1.1.1 // indirect

@@ -53,7 +53,18 @@ type StorageProfileStatus struct {
 	DataImportCronSourceFormat *DataImportCronSourceFormat `json:"dataImportCronSourceFormat,omitempty"`
 	// +optional
 	SnapshotClass *string `json:"snapshotClass,omitempty"`
+	// Conditions is a Kubefill addition that CDI's clients ignore. Its
+	// Recognized condition says whether the claim property sets come from the
+	// known-provisioner table or the spec (True), or are unknown (False).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
+
+// StorageProfileRecognized is the type of the condition that says whether
+// a StorageProfile's claim property sets are known.
+const StorageProfileRecognized = "Recognized"
 
 // ClaimPropertySet is one combination of access modes and volume mode that
 // works with a StorageClass, best first.
