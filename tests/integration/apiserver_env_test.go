@@ -280,4 +280,3 @@ func (rs *runningServer) signingKeys(t *testing.T, c client.Client) *token.KeySe
 	}
 	return ks
 }
-
