@@ -1,0 +1,107 @@
+package populators
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+
+	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+)
+
+func terminated(code int32, msg string) *corev1.Pod {
+	return &corev1.Pod{Status: corev1.PodStatus{
+		Phase: corev1.PodFailed,
+		ContainerStatuses: []corev1.ContainerStatus{{State: corev1.ContainerState{
+			Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Message: msg, Reason: "Error"}}}},
+	}}
+}
+
+func TestPodState(t *testing.T) {
+	cases := []struct {
+		name      string
+		pod       *corev1.Pod
+		phase     corev1.PodPhase
+		permanent bool
+		message   string
+	}{
+		{"success marker", terminated(0, `{"outcome":"Succeeded","message":"Import Complete"}`), corev1.PodSucceeded, false, "Import Complete"},
+		{"exit 0 without marker is not success", terminated(0, ``), corev1.PodFailed, false, "without reporting success"},
+		{"exit 0 with a failure outcome is not success", terminated(0, `{"outcome":"Failed","message":"x"}`), corev1.PodFailed, false, "without reporting success"},
+		{"permanent failure", terminated(1, `{"outcome":"Failed","message":"checksum mismatch: want sha256:aa","permanent":true}`), corev1.PodFailed, true, "checksum mismatch"},
+		{"retryable failure", terminated(1, `{"outcome":"Failed","message":"connection reset"}`), corev1.PodFailed, false, "connection reset"},
+		{"crash with plain text", terminated(2, "panic: boom"), corev1.PodFailed, false, "panic: boom"},
+		{"crash with no message", terminated(137, ""), corev1.PodFailed, false, "exited with code 137"},
+		{"image pull error", &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: "no such image"}}}}}}, corev1.PodPending, false, "no such image"},
+		{"unschedulable", &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
+			Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable", Message: "0/1 nodes are available"}}}}, corev1.PodPending, false, "0/1 nodes"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := PodState(c.pod)
+			if s.Phase != c.phase || s.Permanent != c.permanent || !strings.Contains(s.Message, c.message) {
+				t.Errorf("PodState = phase %s permanent %v message %q; want %s %v containing %q", s.Phase, s.Permanent, s.Message, c.phase, c.permanent, c.message)
+			}
+		})
+	}
+}
+
+func TestParseProgressMetric(t *testing.T) {
+	text := `# HELP kubevirt_cdi_import_progress_total The import progress in percentage
+# TYPE kubevirt_cdi_import_progress_total counter
+kubevirt_cdi_import_progress_total{ownerUID="other"} 12
+kubevirt_cdi_import_progress_total{ownerUID="u-1"} 45.2
+`
+	v, err := ParseProgressMetric(text, "kubevirt_cdi_import_progress_total", "u-1")
+	if err != nil || v != 45.2 {
+		t.Errorf("got %v, %v; want 45.2", v, err)
+	}
+	if _, err := ParseProgressMetric(text, "kubevirt_cdi_import_progress_total", "missing"); err == nil {
+		t.Error("want an error for a missing owner")
+	}
+}
+
+func TestResolveImportSource(t *testing.T) {
+	cases := []struct {
+		name    string
+		src     *cdiv1.ImportSourceType
+		source  string
+		wantErr string
+	}{
+		{"http", &cdiv1.ImportSourceType{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: "http://x", Checksum: "sha256:ab"}}, "http", ""},
+		{"s3", &cdiv1.ImportSourceType{S3: &cdiv1.DataVolumeSourceS3{URL: "s3://b/k"}}, "s3", ""},
+		{"registry", &cdiv1.ImportSourceType{Registry: &cdiv1.DataVolumeSourceRegistry{URL: ptr.To("docker://r/i")}}, "registry", ""},
+		{"blank", &cdiv1.ImportSourceType{Blank: &cdiv1.DataVolumeBlankImage{}}, "none", ""},
+		{"image stream", &cdiv1.ImportSourceType{Registry: &cdiv1.DataVolumeSourceRegistry{ImageStream: ptr.To("is")}}, "", "image stream"},
+		{"node pull", &cdiv1.ImportSourceType{Registry: &cdiv1.DataVolumeSourceRegistry{URL: ptr.To("docker://r/i"), PullMethod: ptr.To(cdiv1.RegistryPullNode)}}, "", "pullMethod node"},
+		{"vddk", &cdiv1.ImportSourceType{VDDK: &cdiv1.DataVolumeSourceVDDK{}}, "", "not supported"},
+		{"nothing", nil, "", "names no source"},
+	}
+	for _, c := range cases {
+		ep, err := ResolveImportSource(cdiv1.VolumeImportSourceSpec{Source: c.src})
+		if c.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+				t.Errorf("%s: error %v, want one containing %q", c.name, err, c.wantErr)
+			}
+			continue
+		}
+		if err != nil || ep.Source != c.source {
+			t.Errorf("%s: got %+v, %v; want source %s", c.name, ep, err, c.source)
+		}
+	}
+}
+
+func TestFilesystemOverhead(t *testing.T) {
+	config := &cdiv1.CDIConfig{Status: cdiv1.CDIConfigStatus{FilesystemOverhead: &cdiv1.FilesystemOverhead{
+		Global: "0.1", StorageClass: map[string]cdiv1.Percent{"fast": "0.02"}}}}
+	for sc, want := range map[string]string{"fast": "0.02", "slow": "0.1"} {
+		if got := FilesystemOverhead(config, sc); got != want {
+			t.Errorf("%s: %s, want %s", sc, got, want)
+		}
+	}
+	if got := FilesystemOverhead(&cdiv1.CDIConfig{}, "any"); got != "0.06" {
+		t.Errorf("default overhead %s, want 0.06", got)
+	}
+}
