@@ -17,7 +17,13 @@ import (
 // until ctx ends. It returns once the first list has been seen (with src set
 // if the ConfigMap exists and parses) or with an error if the cache cannot sync.
 func WatchAuthConfig(ctx context.Context, kube kubernetes.Interface, src *AuthSource, syncTimeout time.Duration) error {
-	log := logf.FromContext(ctx).WithName("authn")
+	return WatchAuthConfigMap(ctx, kube, AuthConfigMapNamespace, AuthConfigMapName, src, syncTimeout)
+}
+
+// WatchAuthConfigMap is WatchAuthConfig for a ConfigMap of the same format at
+// namespace/name.
+func WatchAuthConfigMap(ctx context.Context, kube kubernetes.Interface, namespace, name string, src *AuthSource, syncTimeout time.Duration) error {
+	log := logf.FromContext(ctx).WithName("authn").WithValues("configmap", namespace+"/"+name)
 	apply := func(obj any) {
 		cm, ok := obj.(*corev1.ConfigMap)
 		if !ok {
@@ -34,8 +40,8 @@ func WatchAuthConfig(ctx context.Context, kube kubernetes.Interface, src *AuthSo
 		log.Info("loaded authentication configuration", "resourceVersion", cm.ResourceVersion,
 			"clientCA", cfg.ClientCA != nil, "requestHeaderCA", cfg.RequestHeaderCA != nil, "allowedNames", cfg.AllowedNames)
 	}
-	lw := cache.NewListWatchFromClient(kube.CoreV1().RESTClient(), "configmaps", AuthConfigMapNamespace,
-		fields.OneTermEqualSelector(metav1.ObjectNameField, AuthConfigMapName))
+	lw := cache.NewListWatchFromClient(kube.CoreV1().RESTClient(), "configmaps", namespace,
+		fields.OneTermEqualSelector(metav1.ObjectNameField, name))
 	_, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
 		ListerWatcher: lw,
 		ObjectType:    &corev1.ConfigMap{},
@@ -53,7 +59,7 @@ func WatchAuthConfig(ctx context.Context, kube kubernetes.Interface, src *AuthSo
 	waitCtx, cancel := context.WithTimeout(ctx, syncTimeout)
 	defer cancel()
 	if !cache.WaitForCacheSync(waitCtx.Done(), ctrl.HasSynced) {
-		return fmt.Errorf("reading %s/%s within %s: %w", AuthConfigMapNamespace, AuthConfigMapName, syncTimeout, waitCtx.Err())
+		return fmt.Errorf("reading %s/%s within %s: %w", namespace, name, syncTimeout, waitCtx.Err())
 	}
 	return nil
 }
