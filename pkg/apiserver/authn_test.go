@@ -1,0 +1,276 @@
+package apiserver
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+	uploadv1 "github.com/kubefill/kubefill-api/upload/v1beta1"
+)
+
+type ca struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pem  string
+}
+
+func newCA(t *testing.T, cn string) *ca {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: cn}, NotBefore: time.Now().Add(-time.Hour),
+		NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := x509.ParseCertificate(der)
+	return &ca{cert: c, key: key, pem: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))}
+}
+
+func (c *ca) issue(t *testing.T, cn string, usage x509.ExtKeyUsage, orgs ...string) *x509.Certificate {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn, Organization: orgs},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, &key.PublicKey, c.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, _ := x509.ParseCertificate(der)
+	return leaf
+}
+
+func authConfigMap(clientCA, rhCA *ca, allowed string) *corev1.ConfigMap {
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: AuthConfigMapName}, Data: map[string]string{
+		"requestheader-allowed-names":        allowed,
+		"requestheader-username-headers":     `["X-Remote-User"]`,
+		"requestheader-group-headers":        `["X-Remote-Group"]`,
+		"requestheader-extra-headers-prefix": `["X-Remote-Extra-"]`,
+	}}
+	if clientCA != nil {
+		cm.Data["client-ca-file"] = clientCA.pem
+	}
+	if rhCA != nil {
+		cm.Data["requestheader-client-ca-file"] = rhCA.pem
+	}
+	return cm
+}
+
+func TestParseAuthConfigMap(t *testing.T) {
+	clientCA, rhCA := newCA(t, "client-ca"), newCA(t, "front-proxy-ca")
+	cfg, err := ParseAuthConfigMap(authConfigMap(clientCA, rhCA, `["front-proxy-client"]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ClientCA == nil || cfg.RequestHeaderCA == nil || cfg.AllowedNames[0] != "front-proxy-client" || cfg.UsernameHeaders[0] != "X-Remote-User" {
+		t.Fatalf("%+v", cfg)
+	}
+	bad := []struct {
+		name string
+		edit func(*corev1.ConfigMap)
+	}{
+		{"allowed names not JSON", func(c *corev1.ConfigMap) { c.Data["requestheader-allowed-names"] = "front-proxy-client" }},
+		{"CA not PEM", func(c *corev1.ConfigMap) { c.Data["client-ca-file"] = "junk" }},
+		{"request-header CA without username headers", func(c *corev1.ConfigMap) { delete(c.Data, "requestheader-username-headers") }},
+	}
+	for _, b := range bad {
+		cm := authConfigMap(clientCA, rhCA, `[]`)
+		b.edit(cm)
+		if _, err := ParseAuthConfigMap(cm); err == nil {
+			t.Errorf("%s: accepted", b.name)
+		}
+	}
+}
+
+func TestAuthenticate(t *testing.T) {
+	clientCA, rhCA, other := newCA(t, "client-ca"), newCA(t, "front-proxy-ca"), newCA(t, "other")
+	strict, err := ParseAuthConfigMap(authConfigMap(clientCA, rhCA, `["front-proxy-client"]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	anyName, err := ParseAuthConfigMap(authConfigMap(clientCA, rhCA, `[]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := func(certs ...*x509.Certificate) *http.Request {
+		r := httptest.NewRequest(http.MethodPost, "/", nil)
+		if certs != nil {
+			r.TLS = &tls.ConnectionState{PeerCertificates: certs}
+		}
+		r.Header.Set("X-Remote-User", "alice")
+		r.Header.Add("X-Remote-Group", "g1")
+		r.Header.Add("X-Remote-Group", "g2")
+		r.Header.Set("X-Remote-Extra-Acme.com%2Fproject", "p1")
+		return r
+	}
+	proxy := rhCA.issue(t, "front-proxy-client", x509.ExtKeyUsageClientAuth)
+	cases := []struct {
+		name     string
+		cfg      *AuthConfig
+		r        *http.Request
+		wantUser string
+	}{
+		{"front proxy", strict, req(proxy), "alice"},
+		{"front proxy, any CN allowed", anyName, req(rhCA.issue(t, "whatever", x509.ExtKeyUsageClientAuth)), "alice"},
+		{"front proxy CN not allowed", strict, req(rhCA.issue(t, "whatever", x509.ExtKeyUsageClientAuth)), ""},
+		{"front proxy serverAuth only", strict, req(rhCA.issue(t, "front-proxy-client", x509.ExtKeyUsageServerAuth)), ""},
+		{"client CA user, headers ignored", strict, req(clientCA.issue(t, "bob", x509.ExtKeyUsageClientAuth, "devs")), "bob"},
+		{"unknown CA", strict, req(other.issue(t, "front-proxy-client", x509.ExtKeyUsageClientAuth)), ""},
+		{"no certificate", strict, req(), ""},
+		{"no configuration", nil, req(proxy), ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			u, err := tc.cfg.Authenticate(tc.r)
+			if tc.wantUser == "" {
+				if err == nil || !errors.Is(err, ErrUnauthenticated) {
+					t.Fatalf("want ErrUnauthenticated, got user %+v err %v", u, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if u.Name != tc.wantUser {
+				t.Fatalf("user %q, want %q", u.Name, tc.wantUser)
+			}
+		})
+	}
+	u, _ := strict.Authenticate(req(proxy))
+	if strings.Join(u.Groups, ",") != "g1,g2" || u.Extra["acme.com/project"][0] != "p1" {
+		t.Fatalf("groups/extra from headers: %+v", u)
+	}
+	u, _ = strict.Authenticate(req(clientCA.issue(t, "bob", x509.ExtKeyUsageClientAuth, "devs")))
+	if len(u.Groups) != 1 || u.Groups[0] != "devs" {
+		t.Fatalf("client-CA groups: %+v", u)
+	}
+}
+
+func TestUploadTargetError(t *testing.T) {
+	group := cdiv1.GroupName
+	pvc := func(ann map[string]string, ref *corev1.TypedObjectReference) *corev1.PersistentVolumeClaim {
+		return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", Annotations: ann}, Spec: corev1.PersistentVolumeClaimSpec{DataSourceRef: ref}}
+	}
+	now := metav1.Now()
+	deleting := pvc(map[string]string{cdiv1.AnnUploadRequest: ""}, nil)
+	deleting.DeletionTimestamp = &now
+	cases := []struct {
+		name string
+		pvc  *corev1.PersistentVolumeClaim
+		want string
+	}{
+		{"annotated", pvc(map[string]string{cdiv1.AnnUploadRequest: ""}, nil), ""},
+		{"populator", pvc(nil, &corev1.TypedObjectReference{APIGroup: &group, Kind: "VolumeUploadSource", Name: "u"}), ""},
+		{"import populator", pvc(nil, &corev1.TypedObjectReference{APIGroup: &group, Kind: "VolumeImportSource", Name: "u"}), "not an upload target"},
+		{"plain", pvc(nil, nil), "not an upload target"},
+		{"done", pvc(map[string]string{cdiv1.AnnUploadRequest: "", cdiv1.AnnPodPhase: "Succeeded"}, nil), "already received"},
+		{"deleting", deleting, "being deleted"},
+	}
+	for _, tc := range cases {
+		err := UploadTargetError(tc.pvc)
+		if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestCheckUploadTokenRequest(t *testing.T) {
+	ok := uploadv1.UploadTokenRequest{Spec: uploadv1.UploadTokenRequestSpec{PvcName: "disk"}}
+	if msg := checkUploadTokenRequest(&ok, "ns"); msg != "" {
+		t.Fatal(msg)
+	}
+	for name, edit := range map[string]func(*uploadv1.UploadTokenRequest){
+		"no pvc":        func(u *uploadv1.UploadTokenRequest) { u.Spec.PvcName = "" },
+		"bad pvc name":  func(u *uploadv1.UploadTokenRequest) { u.Spec.PvcName = "Disk_1" },
+		"other ns":      func(u *uploadv1.UploadTokenRequest) { u.Namespace = "other" },
+		"wrong kind":    func(u *uploadv1.UploadTokenRequest) { u.Kind = "Secret" },
+		"wrong version": func(u *uploadv1.UploadTokenRequest) { u.APIVersion = "upload.cdi.kubevirt.io/v1alpha1" },
+	} {
+		u := ok
+		edit(&u)
+		if checkUploadTokenRequest(&u, "ns") == "" {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func TestCertReloaderKeepsOldPairOnBadFiles(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	write := func(sc *ServingCert) {
+		if err := os.WriteFile(certFile, sc.CertPEM, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(keyFile, sc.KeyPEM, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	one, err := GenerateServingCert("a", []string{"127.0.0.1", "svc.ns.svc"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, _ := GenerateServingCert("b", []string{"127.0.0.1"}, time.Hour)
+	write(one)
+	r, err := NewCertReloader(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.CheckInterval = time.Nanosecond
+	leafCN := func() string {
+		c, err := r.GetCertificate(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaf, _ := x509.ParseCertificate(c.Certificate[0])
+		return leaf.Subject.CommonName
+	}
+	if leafCN() != "a" {
+		t.Fatal("initial certificate")
+	}
+	// Half-way through an update: new certificate, old key. Keep serving "a".
+	if err := os.WriteFile(certFile, two.CertPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if leafCN() != "a" {
+		t.Fatal("mismatched pair was loaded")
+	}
+	write(two)
+	if leafCN() != "b" {
+		t.Fatal("complete new pair not loaded")
+	}
+	leaf, _ := x509.ParseCertificate(mustPEM(t, one.CertPEM))
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(one.CAPEM)
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, DNSName: "svc.ns.svc"}); err != nil {
+		t.Fatalf("generated certificate does not verify against its CA: %v", err)
+	}
+	if _, err := NewCertReloader(certFile, filepath.Join(dir, "missing.key")); err == nil {
+		t.Fatal("missing key accepted at start")
+	}
+}
+
+func mustPEM(t *testing.T, data []byte) []byte {
+	t.Helper()
+	b, _ := pem.Decode(data)
+	if b == nil {
+		t.Fatal("no PEM")
+	}
+	return b.Bytes
+}
