@@ -23,6 +23,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/klauspost/compress/gzip"
@@ -87,6 +88,8 @@ type Result struct {
 	VirtualSize          int64
 	Written              int64
 	PreallocationApplied bool
+	// SyncTime is how long the final fsync took.
+	SyncTime time.Duration
 }
 
 type counter struct {
@@ -285,9 +288,11 @@ func finish(tgt *sink.Target, opt Options, res *Result) (*Result, error) {
 		}
 		res.PreallocationApplied = true
 	}
+	start := time.Now()
 	if err := tgt.Sync(); err != nil {
 		return nil, err
 	}
+	res.SyncTime = time.Since(start)
 	return res, nil
 }
 

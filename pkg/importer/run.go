@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -88,6 +89,7 @@ func Run(ctx context.Context, cfg *Config, p Paths, log logr.Logger) error {
 			log.Info("serving metrics over TLS", "addr", ms.Addr())
 		}
 	}
+	start := time.Now()
 	res, runErr := runImport(ctx, cfg, p, log, progress)
 	msg := TerminationMessage{Outcome: OutcomeSucceeded}
 	if runErr != nil {
@@ -104,7 +106,8 @@ func Run(ctx context.Context, cfg *Config, p Paths, log logr.Logger) error {
 		prealloc := res.PreallocationApplied
 		msg.Message, msg.PreallocationApplied = &text, &prealloc
 		log.Info("import complete", "format", res.Format, "wrappers", res.Wrappers, "method", res.Method,
-			"virtualSize", res.VirtualSize, "bytesWritten", res.Written, "preallocated", prealloc)
+			"virtualSize", res.VirtualSize, "bytesWritten", res.Written, "preallocated", prealloc,
+			"seconds", time.Since(start).Seconds(), "fsyncSeconds", res.SyncTime.Seconds())
 	}
 	if p.TerminationLog != "" {
 		if err := WriteTerminationMessage(p.TerminationLog, msg); err != nil {

@@ -34,6 +34,36 @@ type Target struct {
 	writeZeros bool
 	written    atomic.Int64 // bytes of non-zero data written
 	end        atomic.Int64 // highest offset+len seen
+	// Early writeback: every writebackEvery bytes, a background goroutine
+	// asks the kernel to start writing dirty pages, so the final fsync has
+	// little left to do and memory pressure stays low.
+	kick     chan struct{}
+	done     chan struct{}
+	unkicked atomic.Int64
+}
+
+const writebackEvery = 32 << 20
+
+func (t *Target) startWriteback() {
+	t.kick = make(chan struct{}, 1)
+	t.done = make(chan struct{})
+	go func() {
+		defer close(t.done)
+		for range t.kick {
+			_ = unix.SyncFileRange(int(t.f.Fd()), 0, 0, unix.SYNC_FILE_RANGE_WRITE)
+		}
+	}()
+}
+
+func (t *Target) noteWritten(n int64) {
+	t.written.Add(n)
+	if t.kick != nil && t.unkicked.Add(n) >= writebackEvery {
+		t.unkicked.Store(0)
+		select {
+		case t.kick <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // Options describe the destination.
@@ -67,6 +97,7 @@ func Open(path string, opt Options) (*Target, error) {
 		if t.limit == 0 || t.limit > size {
 			t.limit = size
 		}
+		t.startWriteback()
 		if !t.writeZeros && !opt.Keep {
 			// Skipped blocks must read as zeros: zero the device cheaply once.
 			// If the device cannot do that, write zero blocks explicitly.
@@ -85,6 +116,7 @@ func Open(path string, opt Options) (*Target, error) {
 		return nil, fmt.Errorf("creating image file %s: %w", path, err)
 	}
 	t.f = f
+	t.startWriteback()
 	if opt.Keep {
 		if st, err := f.Stat(); err == nil {
 			t.end.Store(st.Size())
@@ -139,7 +171,7 @@ func (t *Target) WriteAt(p []byte, off int64) (int, error) {
 	}
 	if t.writeZeros {
 		n, err := t.f.WriteAt(p, off)
-		t.written.Add(int64(n))
+		t.noteWritten(int64(n))
 		return n, err
 	}
 	i := 0
@@ -162,7 +194,7 @@ func (t *Target) WriteAt(p []byte, off int64) (int, error) {
 		if _, err := t.f.WriteAt(p[i:j], off+int64(i)); err != nil {
 			return i, fmt.Errorf("writing %s at %d: %w", t.path, off+int64(i), err)
 		}
-		t.written.Add(int64(j - i))
+		t.noteWritten(int64(j - i))
 		i = j
 	}
 	return len(p), nil
@@ -274,8 +306,15 @@ func (t *Target) Sync() error {
 	return nil
 }
 
-// Close closes the destination without syncing.
-func (t *Target) Close() error { return t.f.Close() }
+// Close closes the destination without syncing. It is safe to call twice.
+func (t *Target) Close() error {
+	if t.kick != nil {
+		close(t.kick)
+		<-t.done
+		t.kick = nil
+	}
+	return t.f.Close()
+}
 
 // File exposes the underlying file (for qemu-img targets and tests).
 func (t *Target) File() *os.File { return t.f }
