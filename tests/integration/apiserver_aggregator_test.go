@@ -1,0 +1,286 @@
+package integration
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/discovery"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+	uploadv1 "github.com/kubefill/kubefill-api/upload/v1beta1"
+
+	"github.com/kubefill/kubefill/pkg/apiserver"
+	"github.com/kubefill/kubefill/pkg/token"
+)
+
+// testNetns is a network namespace joined to the host by a veth pair with one
+// /32 address on each end. Nothing is routed beyond the pair.
+type testNetns struct {
+	name     string
+	hostIf   string
+	hostAddr string
+	nsAddr   string
+}
+
+func runIP(t *testing.T, args ...string) {
+	t.Helper()
+	out, err := exec.Command("ip", args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+func newTestNetns(t *testing.T) *testNetns {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("the aggregator test needs root to create a network namespace")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Fatal("the aggregator test needs the ip command (Debian package iproute2)")
+	}
+	id := os.Getpid() % 250
+	n := &testNetns{
+		name:     fmt.Sprintf("kfagg%d", os.Getpid()),
+		hostIf:   fmt.Sprintf("kfah%d", os.Getpid()%100000),
+		hostAddr: fmt.Sprintf("10.252.%d.1", id),
+		nsAddr:   fmt.Sprintf("10.252.%d.2", id),
+	}
+	nsIf := fmt.Sprintf("kfan%d", os.Getpid()%100000)
+	runIP(t, "netns", "add", n.name)
+	t.Cleanup(func() {
+		_ = exec.Command("ip", "link", "del", n.hostIf).Run()
+		if out, err := exec.Command("ip", "netns", "del", n.name).CombinedOutput(); err != nil {
+			t.Logf("deleting netns %s: %v: %s", n.name, err, out)
+		}
+	})
+	runIP(t, "link", "add", n.hostIf, "type", "veth", "peer", "name", nsIf)
+	runIP(t, "link", "set", nsIf, "netns", n.name)
+	runIP(t, "addr", "add", n.hostAddr+"/32", "dev", n.hostIf)
+	runIP(t, "link", "set", n.hostIf, "up")
+	runIP(t, "route", "add", n.nsAddr+"/32", "dev", n.hostIf)
+	runIP(t, "-n", n.name, "link", "set", "lo", "up")
+	runIP(t, "-n", n.name, "addr", "add", n.nsAddr+"/32", "dev", nsIf)
+	runIP(t, "-n", n.name, "link", "set", nsIf, "up")
+	runIP(t, "-n", n.name, "route", "add", n.hostAddr+"/32", "dev", nsIf)
+	return n
+}
+
+// listen opens a TCP listener inside the namespace. The socket keeps the
+// namespace it was created in, so the rest of the process (which talks to
+// kube-apiserver on the host's loopback) stays in the host namespace.
+func (n *testNetns) listen(t *testing.T, port int) net.Listener {
+	t.Helper()
+	type result struct {
+		ln  net.Listener
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		// This thread's namespace changes; if it cannot be restored the thread
+		// must not be reused, so it stays locked and exits with the goroutine.
+		orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+		if err != nil {
+			ch <- result{err: err}
+			return
+		}
+		defer orig.Close()
+		target, err := os.Open("/var/run/netns/" + n.name)
+		if err != nil {
+			ch <- result{err: err}
+			return
+		}
+		defer target.Close()
+		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+			ch <- result{err: fmt.Errorf("entering netns: %w", err)}
+			return
+		}
+		ln, lerr := net.Listen("tcp", net.JoinHostPort(n.nsAddr, fmt.Sprint(port)))
+		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
+			ch <- result{err: fmt.Errorf("leaving netns: %w", err)}
+			return
+		}
+		runtime.UnlockOSThread()
+		ch <- result{ln: ln, err: lerr}
+	}()
+	r := <-ch
+	if r.err != nil {
+		t.Fatalf("listening in netns %s: %v", n.name, r.err)
+	}
+	return r.ln
+}
+
+// The stretch goal: kube-apiserver's aggregator routes UploadTokenRequests to
+// our server through a real APIService, and a typed client creates one.
+func TestAPIServerThroughAggregator(t *testing.T) {
+	e := startAggEnv(t)
+	n := newTestNetns(t)
+	ctx := context.Background()
+	const port = 8443
+	installNS := e.namespace(t, "kubefill-")
+	svcName := "kubefill-api"
+
+	// Serving certificate for the Service name the aggregator verifies.
+	dir := t.TempDir()
+	sc, err := apiserver.GenerateServingCert("kubefill-api", []string{svcName + "." + installNS + ".svc", n.nsAddr}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := n.listen(t, port)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- apiserver.Run(runCtx, e.cfg, apiserver.RunOptions{
+			Options: apiserver.Options{
+				CertFile: writeFile(t, dir, "tls.crt", sc.CertPEM), KeyFile: writeFile(t, dir, "tls.key", sc.KeyPEM), Listener: ln,
+			},
+			InstallNamespace: installNS, SigningKeySecret: token.DefaultSigningKeySecretName,
+			UploadTokenTTL: 5 * time.Minute, CloneTokenTTL: 5 * time.Minute, TokenLeeway: 10 * time.Second, DisableWebhooks: true,
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("apiserver.Run: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("apiserver.Run did not stop")
+		}
+	})
+
+	// Service without selector + EndpointSlice at the namespace's address.
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: installNS, Name: svcName},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "https", Port: 443, TargetPort: intstr.FromInt32(port), Protocol: corev1.ProtocolTCP}}},
+	}
+	ready := true
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: installNS, Name: svcName + "-1", Labels: map[string]string{discoveryv1.LabelServiceName: svcName}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{n.nsAddr}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
+		Ports:       []discoveryv1.EndpointPort{{Name: ptrTo("https"), Port: ptrTo(int32(port)), Protocol: ptrTo(corev1.ProtocolTCP)}},
+	}
+	apisvc := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiregistration.k8s.io/v1",
+		"kind":       "APIService",
+		"metadata":   map[string]any{"name": "v1beta1." + uploadv1.GroupName},
+		"spec": map[string]any{
+			"service":              map[string]any{"namespace": installNS, "name": svcName, "port": int64(443)},
+			"group":                uploadv1.GroupName,
+			"version":              "v1beta1",
+			"caBundle":             base64.StdEncoding.EncodeToString(sc.CAPEM),
+			"groupPriorityMinimum": int64(1000),
+			"versionPriority":      int64(15),
+		},
+	}}
+	for _, o := range []client.Object{svc, slice} {
+		if err := e.client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	applied := time.Now()
+	if err := e.client.Create(ctx, apisvc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.client.Delete(context.Background(), apisvc) })
+	for {
+		if err := e.client.Get(ctx, client.ObjectKeyFromObject(apisvc), apisvc); err != nil {
+			t.Fatal(err)
+		}
+		conds, _, _ := unstructured.NestedSlice(apisvc.Object, "status", "conditions")
+		available, message := false, ""
+		for _, c := range conds {
+			m, _ := c.(map[string]any)
+			if m["type"] == "Available" {
+				available = m["status"] == "True"
+				message, _ = m["message"].(string)
+			}
+		}
+		if available {
+			break
+		}
+		if time.Since(applied) > 60*time.Second {
+			t.Fatalf("APIService not Available within 60s: %s", message)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("APIService v1beta1.upload.cdi.kubevirt.io Available %s after apply", time.Since(applied).Round(time.Millisecond))
+
+	// Discovery through kube-apiserver lists our resource.
+	dc, err := discovery.NewDiscoveryClientForConfig(e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resources *metav1.APIResourceList
+	for start := time.Now(); ; time.Sleep(100 * time.Millisecond) {
+		resources, err = dc.ServerResourcesForGroupVersion(uploadv1.SchemeGroupVersion.String())
+		if err == nil || time.Since(start) > 30*time.Second {
+			break
+		}
+	}
+	if err != nil || len(resources.APIResources) != 1 || resources.APIResources[0].Name != "uploadtokenrequests" {
+		t.Fatalf("discovery through the aggregator: %v %+v", err, resources)
+	}
+
+	ns := e.namespace(t, "agg-upload-")
+	if err := e.client.Create(ctx, newClaim(ns, "disk", map[string]string{cdiv1.AnnUploadRequest: ""})); err != nil {
+		t.Fatal(err)
+	}
+	grantRole(t, e, ns, "alice", rbacv1.PolicyRule{APIGroups: []string{uploadv1.GroupName}, Resources: []string{"uploadtokenrequests"}, Verbs: []string{"create"}})
+	alice, bob := e.userClient(t, "alice"), e.userClient(t, "bob")
+	newReq := func() *uploadv1.UploadTokenRequest {
+		return &uploadv1.UploadTokenRequest{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "token-for-virtctl-"},
+			Spec:       uploadv1.UploadTokenRequestSpec{PvcName: "disk"},
+		}
+	}
+
+	utr := newReq()
+	begin := time.Now()
+	if err := alice.Create(ctx, utr); err != nil {
+		t.Fatalf("alice's UploadTokenRequest through the aggregator: %v", err)
+	}
+	t.Logf("UploadTokenRequest through kube-apiserver's aggregator took %s", time.Since(begin).Round(time.Microsecond))
+	ks := e.serverKeys(t, installNS)
+	p, err := token.NewValidator(token.UploadTokenIssuer, ks.Current, 0).Validate(utr.Status.Token)
+	if err != nil {
+		t.Fatalf("token from the aggregated path: %v", err)
+	}
+	if err := token.CheckUpload(p, ns, "disk"); err != nil {
+		t.Fatal(err)
+	}
+
+	// kube-apiserver enforces RBAC before proxying: bob never reaches us.
+	err = bob.Create(ctx, newReq())
+	if !apierrors.IsForbidden(err) {
+		t.Fatalf("bob through the aggregator: %v", err)
+	}
+	t.Logf("bob denied by kube-apiserver: %s", statusMessage(err))
+}
+
+func (e *aggEnv) serverKeys(t *testing.T, ns string) *token.KeySet {
+	t.Helper()
+	rs := &runningServer{namespace: ns, secret: token.DefaultSigningKeySecretName}
+	return rs.signingKeys(t, e.client)
+}
+
+func ptrTo[T any](v T) *T { return &v }
