@@ -85,7 +85,8 @@ func Run(ctx context.Context, restCfg *rest.Config, opts RunOptions) error {
 		return err
 	}
 	log.Info("token signing key loaded", "secret", opts.InstallNamespace+"/"+opts.SigningKeySecret, "kid", token.KeyID(keys.Current))
-	ks := token.NewSecretKeySource(cl, opts.InstallNamespace, opts.SigningKeySecret, keys, opts.UploadTokenTTL+opts.TokenLeeway)
+	// After a rotation the previous key stays trusted for the longest token lifetime plus the leeway.
+	ks := token.NewSecretKeySource(cl, opts.InstallNamespace, opts.SigningKeySecret, keys, max(opts.UploadTokenTTL, opts.CloneTokenTTL)+opts.TokenLeeway)
 
 	webhooks := map[string]http.Handler{}
 	if !opts.DisableWebhooks {

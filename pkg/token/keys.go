@@ -7,6 +7,11 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,6 +25,9 @@ const (
 	SecretPrivateKey            = "id_rsa"
 	SecretPublicKey             = "id_rsa.pub"
 	SecretPreviousPublicKey     = "id_rsa.pub.previous"
+	// SecretRotatedAt holds (RFC 3339) when the current key replaced the
+	// previous one, so that a mounted Secret carries it too.
+	SecretRotatedAt = "rotated-at"
 	// AnnRotatedAt records (RFC 3339) when the current key replaced the previous one.
 	AnnRotatedAt = "kubefill.io/signing-key-rotated-at"
 	// DefaultKeyBits is the modulus size of generated keys.
@@ -138,32 +146,60 @@ func (ks *KeySet) TrustedKeys(now time.Time, window time.Duration) []*rsa.Public
 // KeySetFromSecret parses a signing key Secret. With wantPrivate false it
 // reads the public keys only, which is all a validator needs.
 func KeySetFromSecret(s *corev1.Secret, wantPrivate bool) (*KeySet, error) {
+	data := s.Data
+	if _, ok := data[SecretRotatedAt]; !ok && s.Annotations[AnnRotatedAt] != "" {
+		data = maps.Clone(s.Data)
+		data[SecretRotatedAt] = []byte(s.Annotations[AnnRotatedAt])
+	}
+	return KeySetFromData(data, wantPrivate, "secret "+s.Namespace+"/"+s.Name)
+}
+
+// KeySetFromDir reads the files of a mounted signing key Secret (id_rsa.pub,
+// and id_rsa.pub.previous with rotated-at after a rotation; id_rsa if wantPrivate).
+func KeySetFromDir(dir string, wantPrivate bool) (*KeySet, error) {
+	data := map[string][]byte{}
+	for _, k := range []string{SecretPrivateKey, SecretPublicKey, SecretPreviousPublicKey, SecretRotatedAt} {
+		if k == SecretPrivateKey && !wantPrivate {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, k))
+		if err == nil {
+			data[k] = b
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("reading %s: %w", filepath.Join(dir, k), err)
+		}
+	}
+	return KeySetFromData(data, wantPrivate, "directory "+dir)
+}
+
+// KeySetFromData parses the key material; where names its origin in errors.
+func KeySetFromData(data map[string][]byte, wantPrivate bool, where string) (*KeySet, error) {
 	ks := &KeySet{}
-	where := s.Namespace + "/" + s.Name
 	if wantPrivate {
-		k, err := DecodePrivateKeyPEM(s.Data[SecretPrivateKey])
+		k, err := DecodePrivateKeyPEM(data[SecretPrivateKey])
 		if err != nil {
-			return nil, fmt.Errorf("secret %s key %s: %w", where, SecretPrivateKey, err)
+			return nil, fmt.Errorf("%s key %s: %w", where, SecretPrivateKey, err)
 		}
 		ks.Private = k
 	}
-	pub, err := DecodePublicKeyPEM(s.Data[SecretPublicKey])
+	pub, err := DecodePublicKeyPEM(data[SecretPublicKey])
 	if err != nil {
-		return nil, fmt.Errorf("secret %s key %s: %w", where, SecretPublicKey, err)
+		return nil, fmt.Errorf("%s key %s: %w", where, SecretPublicKey, err)
 	}
 	ks.Current = pub
 	if ks.Private != nil && !ks.Private.PublicKey.Equal(pub) {
-		return nil, fmt.Errorf("secret %s: %s does not belong to %s", where, SecretPublicKey, SecretPrivateKey)
+		return nil, fmt.Errorf("%s: %s does not belong to %s", where, SecretPublicKey, SecretPrivateKey)
 	}
-	if data, ok := s.Data[SecretPreviousPublicKey]; ok && len(data) > 0 {
-		prev, err := DecodePublicKeyPEM(data)
+	if prevPEM, ok := data[SecretPreviousPublicKey]; ok && len(prevPEM) > 0 {
+		prev, err := DecodePublicKeyPEM(prevPEM)
 		if err != nil {
-			return nil, fmt.Errorf("secret %s key %s: %w", where, SecretPreviousPublicKey, err)
+			return nil, fmt.Errorf("%s key %s: %w", where, SecretPreviousPublicKey, err)
 		}
 		ks.Previous = prev
-		at, err := time.Parse(time.RFC3339, s.Annotations[AnnRotatedAt])
+		// Without a rotation time the previous key would be trusted forever; refuse.
+		at, err := time.Parse(time.RFC3339, strings.TrimSpace(string(data[SecretRotatedAt])))
 		if err != nil {
-			return nil, fmt.Errorf("secret %s annotation %s: %w", where, AnnRotatedAt, err)
+			return nil, fmt.Errorf("%s key %s: %w", where, SecretRotatedAt, err)
 		}
 		ks.RotatedAt = at
 	}
@@ -207,6 +243,8 @@ func RotateSecret(s *corev1.Secret, newKey *rsa.PrivateKey, now time.Time) (*cor
 	out.Data[SecretPreviousPublicKey] = s.Data[SecretPublicKey]
 	out.Data[SecretPublicKey] = pub
 	out.Data[SecretPrivateKey] = EncodePrivateKeyPEM(newKey)
-	out.Annotations[AnnRotatedAt] = now.UTC().Format(time.RFC3339)
+	stamp := now.UTC().Format(time.RFC3339)
+	out.Annotations[AnnRotatedAt] = stamp
+	out.Data[SecretRotatedAt] = []byte(stamp)
 	return out, nil
 }

@@ -5,6 +5,8 @@ import (
 	"crypto/rsa"
 	"crypto/x509"
 	"encoding/pem"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -120,6 +122,7 @@ func TestSecretLayoutAndRotation(t *testing.T) {
 	// A previous key without its rotation time is refused rather than trusted forever.
 	noStamp := r.DeepCopy()
 	delete(noStamp.Annotations, AnnRotatedAt)
+	delete(noStamp.Data, SecretRotatedAt)
 	if _, err := KeySetFromSecret(noStamp, false); err == nil {
 		t.Fatal("previous key without rotation time accepted")
 	}
@@ -132,5 +135,94 @@ func TestKeyIDStable(t *testing.T) {
 	}
 	if len(KeyID(&a.PublicKey)) != 16 {
 		t.Fatalf("KeyID length %d", len(KeyID(&a.PublicKey)))
+	}
+}
+
+func TestKeySetFromMountedSecretDir(t *testing.T) {
+	a, b := testKeys(t)
+	s, err := NewSigningKeySecret("ns", "n", a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rotatedAt := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	r, err := RotateSecret(s, b, rotatedAt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	// A Secret volume holds one file per data key, without the annotations.
+	for k, v := range r.Data {
+		if err := os.WriteFile(filepath.Join(dir, k), v, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ks, err := KeySetFromDir(dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ks.Private != nil || !ks.Current.Equal(&b.PublicKey) || !ks.Previous.Equal(&a.PublicKey) || !ks.RotatedAt.Equal(rotatedAt) {
+		t.Fatalf("key set from dir: %+v", ks)
+	}
+	if ks, err := KeySetFromDir(dir, true); err != nil || !ks.Private.Equal(b) {
+		t.Fatalf("private key from dir: %v", err)
+	}
+	if err := os.Remove(filepath.Join(dir, SecretRotatedAt)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := KeySetFromDir(dir, false); err == nil {
+		t.Fatal("previous key without rotated-at accepted")
+	}
+	if _, err := KeySetFromDir(t.TempDir(), false); err == nil {
+		t.Fatal("empty directory accepted")
+	}
+}
+
+func TestDirKeySourceFollowsRotation(t *testing.T) {
+	a, b := testKeys(t)
+	s, err := NewSigningKeySecret("ns", "n", a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	write := func(data map[string][]byte) {
+		for k, v := range data {
+			if err := os.WriteFile(filepath.Join(dir, k), v, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	write(s.Data)
+	src := &DirKeySource{Dir: dir, Window: time.Hour, Refresh: time.Nanosecond}
+	v := NewMultiKeyValidator(UploadTokenIssuer, src.PublicKeys, 0)
+	oldTok, err := NewGenerator(UploadTokenIssuer, a, time.Minute).Generate(NewUploadPayload("ns", "p"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	newTok, err := NewGenerator(UploadTokenIssuer, b, time.Minute).Generate(NewUploadPayload("ns", "p"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Validate(oldTok); err != nil {
+		t.Fatalf("before rotation: %v", err)
+	}
+	if _, err := v.Validate(newTok); err == nil {
+		t.Fatal("token of a key not yet in the Secret accepted")
+	}
+	r, err := RotateSecret(s, b, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(r.Data)
+	for name, tok := range map[string]string{"old": oldTok, "new": newTok} {
+		if _, err := v.Validate(tok); err != nil {
+			t.Fatalf("%s token after rotation: %v", name, err)
+		}
+	}
+	// A broken file mid-update keeps the last good keys.
+	if err := os.WriteFile(filepath.Join(dir, SecretPublicKey), []byte("partial"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Validate(newTok); err != nil {
+		t.Fatalf("during a partial update: %v", err)
 	}
 }
