@@ -305,6 +305,10 @@ func syncDir(dir string) error {
 	return f.Sync()
 }
 
+// maxPlanExtents bounds the qcow2 plan held in memory (32 bytes each):
+// larger images are converted in several batches.
+var maxPlanExtents = 128 << 10
+
 func importQcow2Ranged(ctx context.Context, rg source.Ranger, hdr []byte, opt Options, res *Result) (*Result, error) {
 	h, err := qcow2.ParseHeader(hdr)
 	if err != nil {
@@ -313,28 +317,62 @@ func importQcow2Ranged(ctx context.Context, rg source.Ranger, hdr []byte, opt Op
 	if opt.Size > 0 && int64(h.Size) > opt.Size {
 		return nil, fmt.Errorf("%w: the qcow2 virtual size is %d bytes but only %d are usable", ErrTooBig, h.Size, opt.Size)
 	}
-	plan, err := qcow2.BuildPlan(ctx, source.ReaderAt(ctx, rg), h, rg.Size())
-	if err != nil {
-		return nil, fmt.Errorf("qcow2 image %s: %w", rg, err)
-	}
 	tgt, err := openTarget(opt, false)
 	if err != nil {
 		return nil, err
 	}
 	defer tgt.Close()
-	eo := qcow2.ExecOptions{}
-	total := plan.StoredBytes
+	fetch := func(ctx context.Context, off, n int64) (io.ReadCloser, error) { return rg.OpenRange(ctx, off, n) }
+	var done int64
+	run := func(p *qcow2.Plan, whole io.Writer, total int64) error {
+		eo := qcow2.ExecOptions{WholeFile: whole}
+		if opt.Progress != nil {
+			base := done
+			eo.Progress = func(n int64) { opt.Progress(base+n, total) }
+		}
+		if whole != nil {
+			done += p.FileSize
+		} else {
+			done += p.StoredBytes
+		}
+		return qcow2.Execute(ctx, p, fetch, tgt, eo)
+	}
+	// Each batch is executed once the next one exists, so a single-batch
+	// image (the usual case) can be read in one sequential pass that also
+	// feeds the checksum.
+	var pending *qcow2.Plan
+	batches, extents := 0, 0
+	err = qcow2.WalkPlans(ctx, source.ReaderAt(ctx, rg), h, rg.Size(), maxPlanExtents, func(p *qcow2.Plan) error {
+		batches++
+		extents += len(p.Extents)
+		if pending != nil {
+			if err := run(pending, nil, rg.Size()); err != nil {
+				return err
+			}
+		}
+		pending = p
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("qcow2 image %s: %w", rg, err)
+	}
 	var hasher hash.Hash
 	if opt.Checksum != nil {
 		hasher = opt.Checksum.New()
-		eo.WholeFile = hasher
-		total = plan.FileSize
 	}
-	if opt.Progress != nil {
-		eo.Progress = func(done int64) { opt.Progress(done, total) }
+	switch {
+	case batches == 1 && hasher != nil:
+		err = run(pending, hasher, pending.FileSize)
+	case batches == 1:
+		err = run(pending, nil, pending.StoredBytes)
+	default:
+		err = run(pending, nil, rg.Size())
+		if err == nil && hasher != nil {
+			// The batches read the file out of order: hash it in one more pass.
+			err = hashRange(ctx, rg, hasher)
+		}
 	}
-	fetch := func(ctx context.Context, off, n int64) (io.ReadCloser, error) { return rg.OpenRange(ctx, off, n) }
-	if err := qcow2.Execute(ctx, plan, fetch, tgt, eo); err != nil {
+	if err != nil {
 		return nil, fmt.Errorf("qcow2 image %s: %w", rg, err)
 	}
 	if opt.Checksum != nil {
@@ -343,8 +381,21 @@ func importQcow2Ranged(ctx context.Context, rg source.Ranger, hdr []byte, opt Op
 		}
 	}
 	res.Method, res.VirtualSize = "qcow2-stream", int64(h.Size)
-	opt.Log.V(1).Info("qcow2 plan done", "extents", len(plan.Extents), "storedBytes", plan.StoredBytes)
+	opt.Log.V(1).Info("qcow2 plan done", "batches", batches, "extents", extents)
 	return finish(tgt, opt, res)
+}
+
+func hashRange(ctx context.Context, rg source.Ranger, h hash.Hash) error {
+	rc, err := rg.OpenRange(ctx, 0, rg.Size())
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	n, err := io.CopyBuffer(h, rc, make([]byte, 1<<20))
+	if err == nil && n != rg.Size() {
+		err = fmt.Errorf("image file ended at byte %d of %d", n, rg.Size())
+	}
+	return err
 }
 
 // scratchLimit bounds the spooled image file: an image file is at most a

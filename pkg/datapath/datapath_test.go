@@ -423,3 +423,29 @@ func TestBlank(t *testing.T) {
 		t.Fatal("blank without size accepted")
 	}
 }
+
+// Batched plans (a huge image's bounded-memory mode) still verify checksums.
+func TestQcow2BatchesWithChecksum(t *testing.T) {
+	f := setup(t)
+	srv := newServer(t, f, false)
+	old := maxPlanExtents
+	maxPlanExtents = 16
+	defer func() { maxPlanExtents = old }()
+	p := filepath.Join(f.dir, "disk-zlib.qcow2")
+	sum := mustSum(t, "sha256:"+testimg.FileSHA256(t, p))
+	out := outPath(t)
+	var last, lastTotal int64
+	if _, err := Import(context.Background(), httpSrc(t, srv.FileURL("disk-zlib.qcow2"), nil), Options{Path: out, Checksum: sum, Progress: func(d, tot int64) { last, lastTotal = d, tot }}); err != nil {
+		t.Fatal(err)
+	}
+	if testimg.FileSHA256(t, out) != f.rawSHA {
+		t.Fatal("batched import: wrong data")
+	}
+	if last <= 0 {
+		t.Fatalf("no progress reported (%d/%d)", last, lastTotal)
+	}
+	bad := mustSum(t, "sha256:"+strings.Repeat("0", 64))
+	if _, err := Import(context.Background(), httpSrc(t, srv.FileURL("disk-zlib.qcow2"), nil), Options{Path: outPath(t), Checksum: bad}); !errors.Is(err, ErrChecksum) {
+		t.Fatalf("batched import with a wrong checksum: %v", err)
+	}
+}

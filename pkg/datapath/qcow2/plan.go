@@ -46,20 +46,47 @@ type Plan struct {
 }
 
 // BuildPlan reads the L1 and L2 tables of the image through ra and builds
-// its extent plan. fileSize is the size of the image file; every offset is
-// checked against it. Unallocated and zero clusters produce no extent: they
-// read as zeros because the image has no backing file.
+// its whole extent plan. fileSize is the size of the image file; every
+// offset is checked against it. Unallocated and zero clusters produce no
+// extent: they read as zeros because the image has no backing file.
 func BuildPlan(ctx context.Context, ra io.ReaderAt, h *Header, fileSize int64) (*Plan, error) {
+	var all *Plan
+	err := WalkPlans(ctx, ra, h, fileSize, 0, func(p *Plan) error { all = p; return nil })
+	return all, err
+}
+
+// WalkPlans is BuildPlan in bounded memory: it hands fn a plan each time
+// at least maxExtents extents have accumulated (after a whole L2 table),
+// and once more at the end. maxExtents 0 means one plan for the image.
+// fn is called at least once.
+func WalkPlans(ctx context.Context, ra io.ReaderAt, h *Header, fileSize int64, maxExtents int, fn func(*Plan) error) error {
 	cs := h.ClusterSize()
-	p := &Plan{Header: h, FileSize: fileSize}
-	l1 := make([]byte, int64(h.L1Size)*8)
-	if len(l1) > 0 {
-		if int64(h.L1TableOffset)+int64(len(l1)) > fileSize {
-			return nil, fmt.Errorf("corrupt qcow2: L1 table at %#x runs past the end of the %d-byte file", h.L1TableOffset, fileSize)
+	l1 := make([]byte, 0)
+	if h.L1Size > 0 {
+		if int64(h.L1TableOffset)+int64(h.L1Size)*8 > fileSize {
+			return fmt.Errorf("corrupt qcow2: L1 table at %#x runs past the end of the %d-byte file (truncated image?)", h.L1TableOffset, fileSize)
 		}
+		l1 = make([]byte, int64(h.L1Size)*8)
 		if _, err := ra.ReadAt(l1, int64(h.L1TableOffset)); err != nil {
-			return nil, fmt.Errorf("reading qcow2 L1 table: %w", err)
+			return fmt.Errorf("reading qcow2 L1 table: %w", err)
 		}
+	}
+	p := &Plan{Header: h, FileSize: fileSize}
+	calls := 0
+	emit := func(force bool) error {
+		if !force && (maxExtents <= 0 || len(p.Extents) < maxExtents) {
+			return nil
+		}
+		if force && calls > 0 && len(p.Extents) == 0 {
+			return nil
+		}
+		p.finish()
+		calls++
+		if err := fn(p); err != nil {
+			return err
+		}
+		p = &Plan{Header: h, FileSize: fileSize}
+		return nil
 	}
 	perL2 := cs * h.l2Entries()
 	l2 := make([]byte, cs)
@@ -68,7 +95,7 @@ func BuildPlan(ctx context.Context, ra io.ReaderAt, h *Header, fileSize int64) (
 	compSecMask := uint64(1)<<(h.ClusterBits-8) - 1
 	for i := int64(0); i < int64(h.L1Size); i++ {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return err
 		}
 		base := i * perL2
 		if base >= int64(h.Size) {
@@ -79,10 +106,10 @@ func BuildPlan(ctx context.Context, ra io.ReaderAt, h *Header, fileSize int64) (
 			continue
 		}
 		if l2off%cs != 0 || l2off+cs > fileSize {
-			return nil, fmt.Errorf("corrupt qcow2: L2 table offset %#x invalid for a %d-byte file", l2off, fileSize)
+			return fmt.Errorf("corrupt qcow2: L2 table offset %#x invalid for a %d-byte file (truncated image?)", l2off, fileSize)
 		}
 		if _, err := ra.ReadAt(l2, l2off); err != nil {
-			return nil, fmt.Errorf("reading qcow2 L2 table at %#x: %w", l2off, err)
+			return fmt.Errorf("reading qcow2 L2 table at %#x: %w", l2off, err)
 		}
 		for j := int64(0); j < h.l2Entries(); j++ {
 			guest := base + j*cs
@@ -96,7 +123,7 @@ func BuildPlan(ctx context.Context, ra io.ReaderAt, h *Header, fileSize int64) (
 				sectors := int64((e>>compShift)&compSecMask) + 1
 				comp := sectors*512 - host%512
 				if host == 0 || host >= fileSize {
-					return nil, fmt.Errorf("corrupt qcow2: compressed cluster for guest offset %#x at invalid host offset %#x", guest, host)
+					return fmt.Errorf("corrupt qcow2: compressed cluster for guest offset %#x at invalid host offset %#x (truncated image?)", guest, host)
 				}
 				comp = min(comp, fileSize-host)
 				p.add(Extent{Guest: guest, Host: host, Length: length, CompLen: comp})
@@ -107,14 +134,22 @@ func BuildPlan(ctx context.Context, ra io.ReaderAt, h *Header, fileSize int64) (
 				continue // reads as zeros
 			}
 			if host%cs != 0 {
-				return nil, fmt.Errorf("corrupt qcow2: data cluster for guest offset %#x at unaligned host offset %#x", guest, host)
+				return fmt.Errorf("corrupt qcow2: data cluster for guest offset %#x at unaligned host offset %#x", guest, host)
 			}
 			if host+length > fileSize {
-				return nil, fmt.Errorf("corrupt qcow2: data cluster for guest offset %#x at %#x runs past the end of the %d-byte file (truncated image?)", guest, host, fileSize)
+				return fmt.Errorf("corrupt qcow2: data cluster for guest offset %#x at %#x runs past the end of the %d-byte file (truncated image?)", guest, host, fileSize)
 			}
 			p.add(Extent{Guest: guest, Host: host, Length: length})
 		}
+		if err := emit(false); err != nil {
+			return err
+		}
 	}
+	return emit(true)
+}
+
+// finish sorts the extents by host offset and computes the totals.
+func (p *Plan) finish() {
 	sort.Slice(p.Extents, func(a, b int) bool { return p.Extents[a].Host < p.Extents[b].Host })
 	// A compressed cluster's stored length is rounded up to whole sectors and
 	// may run into the next cluster's bytes; trim it so reads stay in order.
@@ -129,7 +164,6 @@ func BuildPlan(ctx context.Context, ra io.ReaderAt, h *Header, fileSize int64) (
 		p.StoredBytes += e.stored()
 		p.GuestBytes += e.Length
 	}
-	return p, nil
 }
 
 // add appends e, merging it with the previous extent when both are
