@@ -266,6 +266,10 @@ func (r *CDIConfigReconciler) Reconcile(ctx context.Context, _ reconcile.Request
 	}
 	config.Status = status
 	if err := r.Client.Status().Update(ctx, config); err != nil {
+		if apierrors.IsConflict(err) {
+			logger.V(1).Info("CDIConfig changed since read; retrying")
+			return reconcile.Result{RequeueAfter: conflictRetry}, nil
+		}
 		return reconcile.Result{}, fmt.Errorf("updating CDIConfig %s status: %w", cdiv1.CDIConfigName, err)
 	}
 	logger.Info("updated CDIConfig status", "uploadProxyURL", ptrString(status.UploadProxyURL),

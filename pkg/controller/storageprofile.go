@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
 	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v6/apis/volumesnapshot/v1"
@@ -45,8 +46,8 @@ const (
 	ReasonInvalidClaimPropertySet = "InvalidClaimPropertySets"
 )
 
-// noProvisioner is what statically provisioned classes name as provisioner.
-const noProvisioner = "kubernetes.io/no-provisioner"
+// conflictRetry is how soon a reconcile that lost an update race runs again.
+const conflictRetry = 200 * time.Millisecond
 
 // -----------------------------------------------------------------------------
 // The known-provisioner table.
@@ -710,6 +711,11 @@ func (r *StorageProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	if !equality.Semantic.DeepEqual(*desired, profile.Status) {
 		profile.Status = *desired
 		if err := r.Client.Status().Update(ctx, profile); err != nil {
+			if apierrors.IsConflict(err) {
+				// The cache was behind the object; decide again on a fresh read.
+				logger.V(1).Info("StorageProfile changed since read; retrying")
+				return ctrl.Result{RequeueAfter: conflictRetry}, nil
+			}
 			return ctrl.Result{}, fmt.Errorf("updating StorageProfile %s status: %w", sc.Name, err)
 		}
 		logger.Info("updated StorageProfile status", "cloneStrategy", *d.Status.CloneStrategy, "cloneStrategyFrom", d.CloneStrategyFrom,
