@@ -4,6 +4,7 @@ import (
 	"flag"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -15,10 +16,9 @@ func newControllerCommand() *cobra.Command {
 	opts := controller.ManagerOptions{LeaderElectionID: "kubefill-controller.cdi.kubevirt.io"}
 	zapOpts := zap.Options{}
 	cmd := &cobra.Command{
-		Use:   "controller",
-		Short: "Run the Kubefill controllers",
-		Long: "Runs the controller manager: the DataVolume, StorageProfile and CDIConfig controllers and the populators.\n" +
-			"Today it observes and logs DataVolumes only; the reconcilers land with the populators.",
+		Use:     "controller",
+		Short:   "Run the Kubefill controllers",
+		Long:    "Runs the controller manager: the DataVolume controller and the import populator.",
 		Example: "  kubefill controller --kubeconfig ~/.kube/config --leader-elect=false",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -42,6 +42,8 @@ func newControllerCommand() *cobra.Command {
 	flags.StringVar(&opts.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "address the health and readiness probes bind to")
 	flags.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect a leader so that only one replica reconciles at a time")
 	flags.StringVar(&opts.LeaderElectionNS, "leader-election-namespace", "", "namespace of the leader-election lease (default: the pod's namespace)")
+	flags.StringVar(&opts.WorkerImage, "worker-image", "kubefill/kubefill:dev", "image holding the kubefill binary that importer pods run")
+	flags.StringVar((*string)(&opts.WorkerPullPolicy), "worker-pull-policy", string(corev1.PullIfNotPresent), "pull policy of the worker image")
 	goFlags := flag.NewFlagSet("zap", flag.ContinueOnError)
 	zapOpts.BindFlags(goFlags)
 	flags.AddGoFlagSet(goFlags)

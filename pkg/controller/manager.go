@@ -2,11 +2,16 @@ package controller
 
 import (
 	"fmt"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/kubefill/kubefill/pkg/populators"
 )
 
 // ManagerOptions are the settings of `kubefill controller`.
@@ -16,6 +21,12 @@ type ManagerOptions struct {
 	LeaderElection         bool
 	LeaderElectionID       string
 	LeaderElectionNS       string
+	// WorkerImage is the image holding the kubefill binary that worker pods run.
+	WorkerImage string
+	// WorkerPullPolicy is the worker image's pull policy.
+	WorkerPullPolicy corev1.PullPolicy
+	// SkipNameValidation lets tests run several managers in one process.
+	SkipNameValidation bool
 }
 
 // NewManager builds the controller manager with every Kubefill controller
@@ -28,6 +39,7 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
 		LeaderElection:          opts.LeaderElection,
 		LeaderElectionID:        opts.LeaderElectionID,
 		LeaderElectionNamespace: opts.LeaderElectionNS,
+		Controller:              config.Controller{SkipNameValidation: &opts.SkipNameValidation},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
@@ -38,9 +50,24 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
 	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return nil, fmt.Errorf("adding readiness check: %w", err)
 	}
-	observer := &DataVolumeObserver{Client: mgr.GetClient()}
-	if err := observer.SetupWithManager(mgr); err != nil {
-		return nil, fmt.Errorf("registering the DataVolume observer: %w", err)
+	dataVolumes := &DataVolumeReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("datavolume-controller")}
+	if err := dataVolumes.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("registering the DataVolume controller: %w", err)
+	}
+	importPopulator := &populators.Reconciler{
+		Client:   mgr.GetClient(),
+		Recorder: mgr.GetEventRecorder("import-populator"),
+		Kind: &populators.ImportKind{
+			Client:      mgr.GetClient(),
+			Image:       opts.WorkerImage,
+			PullPolicy:  opts.WorkerPullPolicy,
+			MetricsPort: 8443,
+			MaxRetries:  3,
+			Backoff:     10 * time.Second,
+		},
+	}
+	if err := importPopulator.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("registering the import populator: %w", err)
 	}
 	return mgr, nil
 }

@@ -156,6 +156,10 @@ func (k *ImportKind) Fill(ctx context.Context, target, prime *corev1.PersistentV
 			return WorkerState{}, err
 		}
 		if err := c.Create(ctx, pod); err != nil && !apierrors.IsAlreadyExists(err) {
+			if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
+				// The user can fix these (quota, priority class, policy): tell them.
+				return WorkerState{Restarts: restarts, Reason: "ErrStartingPod", Message: "cannot start the importer pod: " + err.Error(), RetryAfter: 30 * time.Second}, nil
+			}
 			return WorkerState{}, fmt.Errorf("creating importer pod: %w", err)
 		}
 		if err := patchAnnotations(ctx, c, prime, map[string]string{annAttempts: strconv.Itoa(attempts + 1)}); err != nil {
@@ -183,6 +187,10 @@ func (k *ImportKind) Fill(ctx context.Context, target, prime *corev1.PersistentV
 			if err := c.Delete(ctx, pod); client.IgnoreNotFound(err) != nil {
 				return WorkerState{}, fmt.Errorf("deleting failed importer pod: %w", err)
 			}
+			// A failure that will be retried is not the import's end: say so.
+			state.Phase, state.Reason = corev1.PodPending, "Retrying"
+			state.Message = fmt.Sprintf("attempt %d failed: %s; retrying in %s", attempts, state.Message, backoff)
+			state.Restarts++
 			state.RetryAfter = backoff
 		} else if !state.Permanent {
 			state.Permanent = true

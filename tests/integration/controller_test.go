@@ -26,6 +26,7 @@ func TestControllerManagerRuns(t *testing.T) {
 		LeaderElection:         true,
 		LeaderElectionID:       "kubefill-controller-test",
 		LeaderElectionNS:       ns,
+		SkipNameValidation:     true,
 	})
 	if err != nil {
 		t.Fatal(err)

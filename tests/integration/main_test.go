@@ -5,7 +5,9 @@ package integration
 
 import (
 	"context"
+
 	"fmt"
+	"go.uber.org/zap/zapcore"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +24,8 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 	uploadv1 "github.com/kubefill/kubefill-api/upload/v1beta1"
@@ -65,6 +69,8 @@ func TestMain(m *testing.M) {
 }
 
 func runWithControlPlane(m *testing.M) int {
+	// Controllers under test log their errors; the rest stays quiet.
+	ctrllog.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
 	for _, add := range []func(*k8sruntime.Scheme) error{clientgoscheme.AddToScheme, cdiv1.AddToScheme, uploadv1.AddToScheme} {
 		if err := add(scheme); err != nil {
 			fmt.Fprintln(os.Stderr, "building scheme:", err)

@@ -1,0 +1,294 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+	"github.com/kubefill/kubefill/pkg/populators"
+)
+
+// DataVolumeReconciler renders each DataVolume's claim, points it at a
+// populator source, and reports the population's progress on the DataVolume.
+type DataVolumeReconciler struct {
+	Client   client.Client
+	Recorder recorder.EventRecorder
+}
+
+// SetupWithManager registers the reconciler, following the claims and
+// import sources it owns.
+func (r *DataVolumeReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("datavolume").
+		For(&cdiv1.DataVolume{}).
+		Owns(&corev1.PersistentVolumeClaim{}).
+		Owns(&cdiv1.VolumeImportSource{}).
+		Complete(r)
+}
+
+// Reconcile brings one DataVolume's claim and status up to date.
+func (r *DataVolumeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	dv := &cdiv1.DataVolume{}
+	if err := r.Client.Get(ctx, req.NamespacedName, dv); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if dv.DeletionTimestamp != nil {
+		return ctrl.Result{}, nil
+	}
+	view, err := r.reconcileClaim(ctx, dv)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{}, r.updateStatus(ctx, dv, view)
+}
+
+// reconcileClaim makes sure the DataVolume's import source and claim exist,
+// and returns what the status computation needs to know about the claim.
+func (r *DataVolumeReconciler) reconcileClaim(ctx context.Context, dv *cdiv1.DataVolume) (ClaimView, error) {
+	logger := log.FromContext(ctx)
+	pvc := &corev1.PersistentVolumeClaim{}
+	err := r.Client.Get(ctx, client.ObjectKeyFromObject(dv), pvc)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return ClaimView{}, fmt.Errorf("reading claim %s: %w", dv.Name, err)
+	}
+	if err == nil {
+		if metav1.IsControlledBy(pvc, dv) {
+			return r.viewOf(ctx, pvc)
+		}
+		return r.adopt(ctx, dv, pvc)
+	}
+
+	if !IsImport(dv) {
+		msg := fmt.Sprintf("DataVolumes with source %s are not supported by Kubefill yet: imports (http, s3, registry, blank) are", describeSource(dv))
+		r.event(dv, corev1.EventTypeWarning, "UnsupportedSource", "RenderClaim", msg)
+		return ClaimView{Problem: msg, ProblemReason: "UnsupportedSource"}, nil
+	}
+	if err := r.ensureImportSource(ctx, dv); err != nil {
+		return ClaimView{}, err
+	}
+	spec, className, err := r.renderClaim(ctx, dv)
+	if err != nil {
+		r.event(dv, corev1.EventTypeWarning, "ErrClaimNotValid", "RenderClaim", err.Error())
+		return ClaimView{Problem: err.Error(), ProblemReason: "ErrClaimNotValid"}, nil
+	}
+	spec.DataSource = nil
+	spec.DataSourceRef = &corev1.TypedObjectReference{APIGroup: ptr.To(cdiv1.GroupName), Kind: cdiv1.VolumeImportSourceRef, Name: ImportSourceName(dv)}
+	pvc = &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: dv.Name, Namespace: dv.Namespace, Labels: claimLabels(dv), Annotations: claimAnnotations(dv)},
+		Spec:       *spec,
+	}
+	if err := controllerutil.SetControllerReference(dv, pvc, r.Client.Scheme()); err != nil {
+		return ClaimView{}, fmt.Errorf("owning claim %s: %w", dv.Name, err)
+	}
+	if err := r.Client.Create(ctx, pvc); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return ClaimView{}, nil // the next reconcile sees it
+		}
+		msg := fmt.Sprintf("creating claim %s: %v", dv.Name, err)
+		r.event(dv, corev1.EventTypeWarning, "ErrClaimNotValid", "CreateClaim", msg)
+		return ClaimView{Problem: msg, ProblemReason: "ErrClaimNotValid"}, nil
+	}
+	logger.Info("created claim", "claim", pvc.Name, "storageClass", className)
+	r.event(dv, corev1.EventTypeNormal, "Pending", "CreateClaim", fmt.Sprintf("PVC %s created", pvc.Name))
+	if dv.Annotations[cdiv1.AnnUsePopulator] != "true" {
+		patch := client.MergeFrom(dv.DeepCopy())
+		if dv.Annotations == nil {
+			dv.Annotations = map[string]string{}
+		}
+		dv.Annotations[cdiv1.AnnUsePopulator] = "true"
+		if err := r.Client.Patch(ctx, dv, patch); err != nil {
+			return ClaimView{}, fmt.Errorf("marking DataVolume as populated by a populator: %w", err)
+		}
+	}
+	return r.viewOf(ctx, pvc)
+}
+
+// adopt handles a claim of the DataVolume's name that it does not own. As in
+// CDI it is taken over only when adoption is asked for; then it counts as
+// already populated.
+func (r *DataVolumeReconciler) adopt(ctx context.Context, dv *cdiv1.DataVolume, pvc *corev1.PersistentVolumeClaim) (ClaimView, error) {
+	if dv.Annotations[cdiv1.AnnAllowClaimAdoption] != "true" {
+		msg := fmt.Sprintf("PVC %s already exists and is not owned by this DataVolume; annotate the DataVolume with %s=true to adopt it", pvc.Name, cdiv1.AnnAllowClaimAdoption)
+		r.event(dv, corev1.EventTypeWarning, "ErrClaimExists", "AdoptClaim", msg)
+		return ClaimView{Claim: nil, Problem: msg, ProblemReason: "ErrClaimExists"}, nil
+	}
+	if owner := metav1.GetControllerOf(pvc); owner != nil {
+		msg := fmt.Sprintf("PVC %s is controlled by %s %s and cannot be adopted", pvc.Name, owner.Kind, owner.Name)
+		return ClaimView{Problem: msg, ProblemReason: "ErrClaimExists"}, nil
+	}
+	patch := client.MergeFrom(pvc.DeepCopy())
+	if err := controllerutil.SetControllerReference(dv, pvc, r.Client.Scheme()); err != nil {
+		return ClaimView{}, err
+	}
+	if pvc.Annotations == nil {
+		pvc.Annotations = map[string]string{}
+	}
+	pvc.Annotations[cdiv1.AnnPrePopulated] = dv.Name
+	if err := r.Client.Patch(ctx, pvc, patch); err != nil {
+		return ClaimView{}, fmt.Errorf("adopting claim %s: %w", pvc.Name, err)
+	}
+	r.event(dv, corev1.EventTypeNormal, "ClaimAdopted", "AdoptClaim", fmt.Sprintf("adopted existing PVC %s as already populated", pvc.Name))
+	return r.viewOf(ctx, pvc)
+}
+
+// viewOf completes a ClaimView: whether the claim waits for a consumer.
+func (r *DataVolumeReconciler) viewOf(ctx context.Context, pvc *corev1.PersistentVolumeClaim) (ClaimView, error) {
+	view := ClaimView{Claim: pvc}
+	if pvc.Status.Phase == corev1.ClaimBound || pvc.Spec.StorageClassName == nil {
+		return view, nil
+	}
+	sc := &storagev1.StorageClass{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: *pvc.Spec.StorageClassName}, sc); err != nil {
+		return view, client.IgnoreNotFound(err)
+	}
+	view.WaitsForConsumer = populators.WaitsForConsumer(pvc, sc)
+	return view, nil
+}
+
+// ensureImportSource creates the VolumeImportSource the claim's
+// dataSourceRef names, owned by the DataVolume.
+func (r *DataVolumeReconciler) ensureImportSource(ctx context.Context, dv *cdiv1.DataVolume) error {
+	src := &cdiv1.VolumeImportSource{ObjectMeta: metav1.ObjectMeta{Name: ImportSourceName(dv), Namespace: dv.Namespace}}
+	_, err := controllerutil.CreateOrUpdate(ctx, r.Client, src, func() error {
+		src.Spec = ImportSourceFor(dv)
+		return controllerutil.SetControllerReference(dv, src, r.Client.Scheme())
+	})
+	if err != nil {
+		return fmt.Errorf("writing VolumeImportSource %s: %w", src.Name, err)
+	}
+	return nil
+}
+
+// renderClaim resolves the StorageClass, its profile and the filesystem
+// overhead, then renders the claim spec.
+func (r *DataVolumeReconciler) renderClaim(ctx context.Context, dv *cdiv1.DataVolume) (*corev1.PersistentVolumeClaimSpec, string, error) {
+	className := ""
+	if dv.Spec.PVC != nil && dv.Spec.PVC.StorageClassName != nil {
+		className = *dv.Spec.PVC.StorageClassName
+	} else if dv.Spec.Storage != nil && dv.Spec.Storage.StorageClassName != nil {
+		className = *dv.Spec.Storage.StorageClassName
+	}
+	if className == "" && dv.Spec.PVC == nil {
+		var err error
+		if className, err = r.defaultStorageClass(ctx); err != nil {
+			return nil, "", err
+		}
+	}
+	var profile *cdiv1.StorageProfile
+	if className != "" {
+		p := &cdiv1.StorageProfile{}
+		if err := r.Client.Get(ctx, types.NamespacedName{Name: className}, p); err == nil {
+			profile = p
+		} else if !apierrors.IsNotFound(err) {
+			return nil, "", fmt.Errorf("reading StorageProfile %s: %w", className, err)
+		}
+	}
+	config := &cdiv1.CDIConfig{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: cdiv1.CDIConfigName}, config); client.IgnoreNotFound(err) != nil {
+		return nil, "", fmt.Errorf("reading CDIConfig: %w", err)
+	}
+	overhead, err := strconv.ParseFloat(populators.FilesystemOverhead(config, className), 64)
+	if err != nil {
+		return nil, "", fmt.Errorf("filesystem overhead in CDIConfig: %w", err)
+	}
+	spec, err := RenderClaimSpec(dv, profile, className, overhead)
+	return spec, className, err
+}
+
+// defaultStorageClass is the virtualization default class if one is marked,
+// else the cluster default, else "" (the claim then gets the API's default).
+func (r *DataVolumeReconciler) defaultStorageClass(ctx context.Context) (string, error) {
+	list := &storagev1.StorageClassList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		return "", fmt.Errorf("listing StorageClasses: %w", err)
+	}
+	def := ""
+	for _, sc := range list.Items {
+		if sc.Annotations[cdiv1.AnnDefaultVirtStorageClass] == "true" {
+			return sc.Name, nil
+		}
+		if sc.Annotations[cdiv1.AnnDefaultStorageClass] == "true" {
+			def = sc.Name
+		}
+	}
+	return def, nil
+}
+
+// updateStatus writes the computed status when it differs.
+func (r *DataVolumeReconciler) updateStatus(ctx context.Context, dv *cdiv1.DataVolume, view ClaimView) error {
+	status := ComputeStatus(dv, view)
+	status.Conditions = MergeConditions(dv.Status.Conditions, status.Conditions, metav1.Now())
+	if reflect.DeepEqual(status, dv.Status) {
+		return nil
+	}
+	if status.Phase != dv.Status.Phase {
+		eventType := corev1.EventTypeNormal
+		if status.Phase == cdiv1.Failed {
+			eventType = corev1.EventTypeWarning
+		}
+		r.event(dv, eventType, string(status.Phase), "UpdatePhase", phaseMessage(dv, status))
+	}
+	patch := client.MergeFrom(dv.DeepCopy())
+	dv.Status = status
+	if err := r.Client.Status().Patch(ctx, dv, patch); err != nil {
+		return fmt.Errorf("updating DataVolume status: %w", err)
+	}
+	return nil
+}
+
+// phaseMessage is the event text for entering a phase.
+func phaseMessage(dv *cdiv1.DataVolume, st cdiv1.DataVolumeStatus) string {
+	for _, c := range st.Conditions {
+		if c.Type == cdiv1.DataVolumeRunning && c.Message != "" && st.Phase != cdiv1.Succeeded {
+			return fmt.Sprintf("DataVolume %s is %s: %s", dv.Name, st.Phase, c.Message)
+		}
+	}
+	return fmt.Sprintf("DataVolume %s is %s", dv.Name, st.Phase)
+}
+
+// claimLabels are the DataVolume's labels plus Kubefill's app label.
+func claimLabels(dv *cdiv1.DataVolume) map[string]string {
+	labels := map[string]string{cdiv1.LabelApp: cdiv1.LabelAppValue}
+	for k, v := range dv.Labels {
+		labels[k] = v
+	}
+	return labels
+}
+
+// claimAnnotations carries the DataVolume's settings that the populator and
+// the worker pods read.
+func claimAnnotations(dv *cdiv1.DataVolume) map[string]string {
+	ann := map[string]string{}
+	for _, key := range []string{cdiv1.AnnImmediateBinding, cdiv1.AnnPodRetainAfterCompletion} {
+		if v, ok := dv.Annotations[key]; ok {
+			ann[key] = v
+		}
+	}
+	if dv.Spec.PriorityClassName != "" {
+		ann[cdiv1.AnnPriorityClassName] = dv.Spec.PriorityClassName
+	}
+	if dv.Spec.ContentType != "" {
+		ann[cdiv1.AnnContentType] = string(dv.Spec.ContentType)
+	}
+	return ann
+}
+
+func (r *DataVolumeReconciler) event(obj client.Object, eventType, reason, action, note string) {
+	if r.Recorder != nil {
+		r.Recorder.Eventf(obj, nil, eventType, reason, action, "%s", note)
+	}
+}

@@ -1,0 +1,111 @@
+package controller
+
+import (
+	"fmt"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+)
+
+// ClaimView is what the DataVolume controller learned about the claim it
+// renders, for the pure status computation.
+type ClaimView struct {
+	// Claim is the DataVolume's PVC; nil when it does not exist yet.
+	Claim *corev1.PersistentVolumeClaim
+	// WaitsForConsumer: the claim's class binds on first consumer and no node is chosen yet.
+	WaitsForConsumer bool
+	// Problem explains why the claim cannot be rendered or used; empty when none.
+	Problem, ProblemReason string
+}
+
+// ComputeStatus works out a DataVolume's phase, progress, restarts and
+// conditions from its claim. Times in conditions are left to MergeConditions.
+func ComputeStatus(dv *cdiv1.DataVolume, view ClaimView) cdiv1.DataVolumeStatus {
+	st := cdiv1.DataVolumeStatus{ClaimName: dv.Name, Progress: cdiv1.ProgressNotAvailable, Phase: cdiv1.Pending}
+	pvc := view.Claim
+	bound := condition(cdiv1.DataVolumeBound, corev1.ConditionFalse, cdiv1.ReasonNotFound, "No PVC found")
+	running := condition(cdiv1.DataVolumeRunning, corev1.ConditionFalse, "", "")
+	ready := condition(cdiv1.DataVolumeReady, corev1.ConditionFalse, "", "")
+
+	if view.Problem != "" {
+		running.Reason, running.Message = view.ProblemReason, view.Problem
+	}
+	if pvc != nil {
+		ann := pvc.Annotations
+		switch pvc.Status.Phase {
+		case corev1.ClaimBound:
+			bound = condition(cdiv1.DataVolumeBound, corev1.ConditionTrue, cdiv1.ReasonBound, fmt.Sprintf("PVC %s Bound", pvc.Name))
+		case corev1.ClaimLost:
+			bound = condition(cdiv1.DataVolumeBound, corev1.ConditionFalse, cdiv1.ReasonClaimLost, "Claim Lost")
+		default:
+			bound = condition(cdiv1.DataVolumeBound, corev1.ConditionFalse, cdiv1.ReasonPending, fmt.Sprintf("PVC %s Pending", pvc.Name))
+		}
+		if n, err := strconv.Atoi(ann[cdiv1.AnnPodRestarts]); err == nil {
+			st.RestartCount = int32(n)
+		}
+		if p := ann[cdiv1.AnnPopulatorProgress]; p != "" {
+			st.Progress = cdiv1.DataVolumeProgress(p)
+		}
+		if ann[cdiv1.AnnRunningCondition] != "" || ann[cdiv1.AnnRunningConditionReason] != "" {
+			status := corev1.ConditionFalse
+			if ann[cdiv1.AnnRunningCondition] == "true" {
+				status = corev1.ConditionTrue
+			}
+			running = condition(cdiv1.DataVolumeRunning, status, ann[cdiv1.AnnRunningConditionReason], ann[cdiv1.AnnRunningConditionMessage])
+		}
+		populated := ann[cdiv1.AnnPopulatedFor] == pvc.Name || ann[cdiv1.AnnPrePopulated] == dv.Name
+		podPhase := corev1.PodPhase(ann[cdiv1.AnnPodPhase])
+		switch {
+		case pvc.Status.Phase == corev1.ClaimLost:
+			st.Phase = cdiv1.Failed
+		case populated && pvc.Status.Phase == corev1.ClaimBound:
+			st.Phase, st.Progress = cdiv1.Succeeded, "100.0%"
+			running = condition(cdiv1.DataVolumeRunning, corev1.ConditionFalse, cdiv1.ReasonCompleted, "Import Complete")
+		case podPhase == corev1.PodFailed:
+			st.Phase = cdiv1.Failed
+		case podPhase == corev1.PodRunning, podPhase == corev1.PodSucceeded:
+			st.Phase = cdiv1.ImportInProgress
+		case podPhase == corev1.PodPending || ann[cdiv1.AnnPVCPrimeName] != "":
+			st.Phase = cdiv1.ImportScheduled
+		case view.WaitsForConsumer:
+			st.Phase = cdiv1.PendingPopulation
+		}
+	}
+	if st.Phase == cdiv1.Succeeded {
+		ready = condition(cdiv1.DataVolumeReady, corev1.ConditionTrue, "", "")
+	} else if running.Status == corev1.ConditionTrue {
+		ready.Reason = cdiv1.ReasonTransferRunning
+	}
+	st.Conditions = []cdiv1.DataVolumeCondition{bound, running, ready}
+	return st
+}
+
+func condition(t cdiv1.DataVolumeConditionType, s corev1.ConditionStatus, reason, message string) cdiv1.DataVolumeCondition {
+	return cdiv1.DataVolumeCondition{Type: t, Status: s, Reason: reason, Message: message}
+}
+
+// MergeConditions stamps times on computed conditions: a condition whose
+// status, reason and message are unchanged keeps its times, so that a
+// reconcile that learns nothing new writes nothing.
+func MergeConditions(old, computed []cdiv1.DataVolumeCondition, now metav1.Time) []cdiv1.DataVolumeCondition {
+	out := make([]cdiv1.DataVolumeCondition, 0, len(computed))
+	for _, c := range computed {
+		c.LastTransitionTime, c.LastHeartbeatTime = now, now
+		for _, o := range old {
+			if o.Type != c.Type {
+				continue
+			}
+			if o.Status == c.Status {
+				c.LastTransitionTime = o.LastTransitionTime
+				if o.Reason == c.Reason && o.Message == c.Message {
+					c.LastHeartbeatTime = o.LastHeartbeatTime
+				}
+			}
+		}
+		out = append(out, c)
+	}
+	return out
+}

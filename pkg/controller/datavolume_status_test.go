@@ -1,0 +1,82 @@
+package controller
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+)
+
+func pvcWith(phase corev1.PersistentVolumeClaimPhase, ann map[string]string) *corev1.PersistentVolumeClaim {
+	return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "disk", Annotations: ann}, Status: corev1.PersistentVolumeClaimStatus{Phase: phase}}
+}
+
+func TestComputeStatus(t *testing.T) {
+	dv := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Name: "disk"}}
+	cases := []struct {
+		name     string
+		view     ClaimView
+		phase    cdiv1.DataVolumePhase
+		progress cdiv1.DataVolumeProgress
+		bound    string // reason of Bound
+		running  corev1.ConditionStatus
+		ready    corev1.ConditionStatus
+	}{
+		{"no claim yet", ClaimView{}, cdiv1.Pending, "N/A", cdiv1.ReasonNotFound, corev1.ConditionFalse, corev1.ConditionFalse},
+		{"waiting for a consumer", ClaimView{Claim: pvcWith(corev1.ClaimPending, nil), WaitsForConsumer: true}, cdiv1.PendingPopulation, "N/A", cdiv1.ReasonPending, corev1.ConditionFalse, corev1.ConditionFalse},
+		{"prime created", ClaimView{Claim: pvcWith(corev1.ClaimPending, map[string]string{cdiv1.AnnPVCPrimeName: "prime-1"})}, cdiv1.ImportScheduled, "N/A", cdiv1.ReasonPending, corev1.ConditionFalse, corev1.ConditionFalse},
+		{"importing", ClaimView{Claim: pvcWith(corev1.ClaimPending, map[string]string{
+			cdiv1.AnnPodPhase: "Running", cdiv1.AnnRunningCondition: "true", cdiv1.AnnRunningConditionReason: "TransferRunning",
+			cdiv1.AnnPopulatorProgress: "45.20%", cdiv1.AnnPodRestarts: "2"})}, cdiv1.ImportInProgress, "45.20%", cdiv1.ReasonPending, corev1.ConditionTrue, corev1.ConditionFalse},
+		{"pod done, rebind pending", ClaimView{Claim: pvcWith(corev1.ClaimPending, map[string]string{cdiv1.AnnPodPhase: "Succeeded", cdiv1.AnnPopulatorProgress: "99.99%"})}, cdiv1.ImportInProgress, "99.99%", cdiv1.ReasonPending, corev1.ConditionFalse, corev1.ConditionFalse},
+		{"populated and bound", ClaimView{Claim: pvcWith(corev1.ClaimBound, map[string]string{cdiv1.AnnPopulatedFor: "disk", cdiv1.AnnPodPhase: "Succeeded"})}, cdiv1.Succeeded, "100.0%", cdiv1.ReasonBound, corev1.ConditionFalse, corev1.ConditionTrue},
+		{"bound but not populated is not success", ClaimView{Claim: pvcWith(corev1.ClaimBound, map[string]string{cdiv1.AnnPodPhase: "Running"})}, cdiv1.ImportInProgress, "N/A", cdiv1.ReasonBound, corev1.ConditionFalse, corev1.ConditionFalse},
+		{"permanent failure", ClaimView{Claim: pvcWith(corev1.ClaimPending, map[string]string{cdiv1.AnnPodPhase: "Failed", cdiv1.AnnRunningCondition: "false",
+			cdiv1.AnnRunningConditionReason: "Error", cdiv1.AnnRunningConditionMessage: "checksum mismatch"})}, cdiv1.Failed, "N/A", cdiv1.ReasonPending, corev1.ConditionFalse, corev1.ConditionFalse},
+		{"claim lost", ClaimView{Claim: pvcWith(corev1.ClaimLost, nil)}, cdiv1.Failed, "N/A", cdiv1.ReasonClaimLost, corev1.ConditionFalse, corev1.ConditionFalse},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			st := ComputeStatus(dv, c.view)
+			if st.Phase != c.phase || st.Progress != c.progress {
+				t.Errorf("phase %s progress %s, want %s %s", st.Phase, st.Progress, c.phase, c.progress)
+			}
+			got := map[cdiv1.DataVolumeConditionType]cdiv1.DataVolumeCondition{}
+			for _, cond := range st.Conditions {
+				got[cond.Type] = cond
+			}
+			if got[cdiv1.DataVolumeBound].Reason != c.bound || got[cdiv1.DataVolumeRunning].Status != c.running || got[cdiv1.DataVolumeReady].Status != c.ready {
+				t.Errorf("conditions %+v", st.Conditions)
+			}
+		})
+	}
+	st := ComputeStatus(dv, ClaimView{Claim: pvcWith(corev1.ClaimPending, map[string]string{cdiv1.AnnPodRestarts: "3", cdiv1.AnnPodPhase: "Failed",
+		cdiv1.AnnRunningConditionReason: "Error", cdiv1.AnnRunningConditionMessage: "checksum mismatch"})})
+	if st.RestartCount != 3 || st.Conditions[1].Message != "checksum mismatch" {
+		t.Errorf("restarts %d running %+v", st.RestartCount, st.Conditions[1])
+	}
+}
+
+func TestMergeConditionsKeepsTimesWhenNothingChanged(t *testing.T) {
+	then := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	now := metav1.NewTime(then.Add(time.Hour))
+	old := []cdiv1.DataVolumeCondition{
+		{Type: cdiv1.DataVolumeBound, Status: corev1.ConditionFalse, Reason: "Pending", LastTransitionTime: then, LastHeartbeatTime: then},
+		{Type: cdiv1.DataVolumeRunning, Status: corev1.ConditionTrue, Reason: "TransferRunning", LastTransitionTime: then, LastHeartbeatTime: then},
+	}
+	computed := []cdiv1.DataVolumeCondition{
+		{Type: cdiv1.DataVolumeBound, Status: corev1.ConditionFalse, Reason: "Pending"},
+		{Type: cdiv1.DataVolumeRunning, Status: corev1.ConditionFalse, Reason: "Completed"},
+		{Type: cdiv1.DataVolumeReady, Status: corev1.ConditionTrue},
+	}
+	got := MergeConditions(old, computed, now)
+	if !got[0].LastTransitionTime.Equal(&then) || !got[0].LastHeartbeatTime.Equal(&then) {
+		t.Errorf("unchanged Bound got new times: %+v", got[0])
+	}
+	if !got[1].LastTransitionTime.Equal(&now) || !got[2].LastTransitionTime.Equal(&now) {
+		t.Errorf("changed conditions kept old times: %+v %+v", got[1], got[2])
+	}
+}
