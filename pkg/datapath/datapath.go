@@ -256,7 +256,7 @@ func decompressor(f format.Format, r io.Reader) (io.Reader, func(), error) {
 }
 
 func openTarget(opt Options, keep bool) (*sink.Target, error) {
-	return sink.Open(opt.Path, sink.Options{Block: opt.Block, Limit: opt.Size, Keep: keep})
+	return sink.Open(opt.Path, sink.Options{Block: opt.Block, Limit: opt.Size, Keep: keep, Preallocate: opt.Preallocate})
 }
 
 // finish resizes, preallocates and fsyncs.
@@ -280,12 +280,7 @@ func finish(tgt *sink.Target, opt Options, res *Result) (*Result, error) {
 			res.PreallocationApplied = true
 		}
 	} else if opt.Preallocate {
-		// Fill the device after the image with zeros so every block is written.
-		if lim := tgt.Limit(); lim > res.VirtualSize {
-			if err := tgt.FillZeros(res.VirtualSize, lim-res.VirtualSize); err != nil {
-				return nil, err
-			}
-		}
+		// The device was zeroed without deallocation when it was opened.
 		res.PreallocationApplied = true
 	}
 	start := time.Now()
@@ -513,7 +508,8 @@ func Blank(ctx context.Context, opt Options) (*Result, error) {
 	if opt.Size <= 0 && !opt.Block {
 		return nil, errors.New("a blank image needs a size")
 	}
-	tgt, err := sink.Open(opt.Path, sink.Options{Block: opt.Block, Limit: opt.Size, Keep: opt.Block})
+	// A Block volume is left untouched unless preallocation asks for zeros.
+	tgt, err := sink.Open(opt.Path, sink.Options{Block: opt.Block, Limit: opt.Size, Keep: opt.Block && !opt.Preallocate, Preallocate: opt.Preallocate})
 	if err != nil {
 		return nil, err
 	}

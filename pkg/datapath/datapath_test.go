@@ -449,3 +449,43 @@ func TestQcow2BatchesWithChecksum(t *testing.T) {
 		t.Fatalf("batched import with a wrong checksum: %v", err)
 	}
 }
+
+// A regular file stands in for a block device: its size is the device size.
+func TestBlockTargets(t *testing.T) {
+	f := setup(t)
+	srv := newServer(t, f, false)
+	dev := filepath.Join(t.TempDir(), "dev")
+	stale := bytes.Repeat([]byte{0xab}, 32<<20)
+	os.WriteFile(dev, stale, 0o600)
+	// Blank without preallocation writes nothing.
+	if _, err := Blank(context.Background(), Options{Path: dev, Block: true}); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(dev); !bytes.Equal(b, stale) {
+		t.Fatal("blank block import without preallocation touched the device")
+	}
+	// With preallocation the device reads as zeros.
+	res, err := Blank(context.Background(), Options{Path: dev, Block: true, Preallocate: true})
+	if err != nil || !res.PreallocationApplied {
+		t.Fatalf("%v %+v", err, res)
+	}
+	if b, _ := os.ReadFile(dev); !bytes.Equal(b, make([]byte, len(stale))) {
+		t.Fatal("preallocated blank block device is not zero")
+	}
+	// A qcow2 import over stale data: holes must read as zeros.
+	for _, name := range []string{"disk-zlib.qcow2", "disk.raw.gz", "disk.vdi"} {
+		os.WriteFile(dev, stale, 0o600)
+		if _, err := Import(context.Background(), httpSrc(t, srv.FileURL(name), nil), Options{Path: dev, Block: true, ScratchDir: t.TempDir()}); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		os.Truncate(dev, imgSize)
+		if testimg.FileSHA256(t, dev) != f.rawSHA {
+			t.Fatalf("%s: block import differs from qemu-img's", name)
+		}
+	}
+	// Too big for the device.
+	os.WriteFile(dev, stale[:8<<20], 0o600)
+	if _, err := Import(context.Background(), httpSrc(t, srv.FileURL("disk-zlib.qcow2"), nil), Options{Path: dev, Block: true, Size: 8 << 20}); !errors.Is(err, ErrTooBig) {
+		t.Fatalf("qcow2 larger than the device: %v", err)
+	}
+}

@@ -73,8 +73,10 @@ type Options struct {
 	// Limit is the usable size: no byte may be written at or past it.
 	// Zero means the device size for Block and unlimited for files.
 	Limit int64
-	// WriteZeros forces zero blocks to be written (preallocation on Block).
+	// WriteZeros forces zero blocks to be written instead of skipped.
 	WriteZeros bool
+	// Preallocate, for Block, zeroes the device without deallocating it.
+	Preallocate bool
 	// Keep opens an existing file without truncating it (for example after
 	// qemu-img has written it) and skips zeroing a block device.
 	Keep bool
@@ -98,11 +100,14 @@ func Open(path string, opt Options) (*Target, error) {
 			t.limit = size
 		}
 		t.startWriteback()
-		if !t.writeZeros && !opt.Keep {
-			// Skipped blocks must read as zeros: zero the device cheaply once.
-			// If the device cannot do that, write zero blocks explicitly.
-			if err := zeroRange(f, 0, size); err != nil {
-				t.writeZeros = true
+		if !opt.Keep {
+			// Skipped blocks must read as zeros: zero the device once,
+			// cheaply if the device supports it, explicitly otherwise.
+			if err := zeroDevice(f, size, opt.Preallocate); err != nil {
+				if err := t.FillZeros(0, size); err != nil {
+					f.Close()
+					return nil, err
+				}
 			}
 		}
 		return t, nil
@@ -125,15 +130,20 @@ func Open(path string, opt Options) (*Target, error) {
 	return t, nil
 }
 
-func zeroRange(f *os.File, off, n int64) error {
+// zeroDevice makes the whole device read as zeros. Without preallocation
+// it may deallocate (punch holes / unmap); with it, blocks stay allocated
+// (FALLOC_FL_ZERO_RANGE and BLKZEROOUT do not unmap).
+func zeroDevice(f *os.File, n int64, preallocate bool) error {
 	fd := int(f.Fd())
-	if err := unix.Fallocate(fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n); err == nil {
+	if !preallocate {
+		if err := unix.Fallocate(fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, 0, n); err == nil {
+			return nil
+		}
+	}
+	if err := unix.Fallocate(fd, unix.FALLOC_FL_ZERO_RANGE|unix.FALLOC_FL_KEEP_SIZE, 0, n); err == nil {
 		return nil
 	}
-	if err := unix.Fallocate(fd, unix.FALLOC_FL_ZERO_RANGE|unix.FALLOC_FL_KEEP_SIZE, off, n); err == nil {
-		return nil
-	}
-	r := [2]uint64{uint64(off), uint64(n)}
+	r := [2]uint64{0, uint64(n)}
 	return ioctlRange(fd, unix.BLKZEROOUT, &r)
 }
 
@@ -270,10 +280,8 @@ func (t *Target) Resize(size int64) error {
 	return nil
 }
 
-// Preallocate allocates every block of the first size bytes. Files use
-// fallocate; block devices get explicit zeros where no data was written is
-// not tracked, so the whole device range is zero-filled only when it was
-// opened with WriteZeros (the caller decides before writing).
+// Preallocate allocates every block of the first size bytes of a file.
+// Block devices are preallocated when opened (Options.Preallocate).
 func (t *Target) Preallocate(size int64) error {
 	if t.block {
 		return nil
