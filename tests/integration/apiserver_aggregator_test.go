@@ -129,8 +129,7 @@ func (n *testNetns) listen(t *testing.T, port int) net.Listener {
 
 // The stretch goal: kube-apiserver's aggregator routes UploadTokenRequests to
 // our server through a real APIService, and a typed client creates one.
-func TestAPIServerThroughAggregator(t *testing.T) {
-	e := startAggEnv(t)
+func testThroughAggregator(t *testing.T, e *aggEnv) {
 	n := newTestNetns(t)
 	ctx := context.Background()
 	const port = 8443

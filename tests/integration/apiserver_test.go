@@ -95,8 +95,17 @@ func postToken(t *testing.T, rs *runningServer, cert *tls.Certificate, headers m
 	return tokenCall{status: resp.StatusCode, body: data}
 }
 
-func TestAPIServerUploadTokens(t *testing.T) {
+// TestAggregatedAPIServer shares one control plane configured for aggregation
+// (front-proxy CA, Node,RBAC) between the token endpoint, webhook and
+// aggregator tests, to save two control-plane starts.
+func TestAggregatedAPIServer(t *testing.T) {
 	e := startAggEnv(t)
+	t.Run("upload token endpoint", func(t *testing.T) { testUploadTokens(t, e) })
+	t.Run("admission webhooks", func(t *testing.T) { testWebhooks(t, e) })
+	t.Run("through kube-apiserver's aggregator", func(t *testing.T) { testThroughAggregator(t, e) })
+}
+
+func testUploadTokens(t *testing.T, e *aggEnv) {
 	rs := e.startServer(t, false)
 	ctx := context.Background()
 

@@ -99,8 +99,7 @@ func statusMessage(err error) string {
 	return err.Error()
 }
 
-func TestWebhooks(t *testing.T) {
-	e := startAggEnv(t)
+func testWebhooks(t *testing.T, e *aggEnv) {
 	rs := e.startServer(t, true)
 	ctx := context.Background()
 	const label = "kubefill-webhook-test"
