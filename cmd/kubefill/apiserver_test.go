@@ -1,0 +1,40 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// Flag mistakes are reported before any connection to a cluster is tried.
+func TestAPIServerCommandRejectsBadFlags(t *testing.T) {
+	cases := map[string][]string{
+		"certificate without key": {"--tls-cert-file", "/tmp/tls.crt"},
+		"key without certificate": {"--tls-private-key-file", "/tmp/tls.key"},
+		"port out of range":       {"--secure-port", "70000"},
+	}
+	want := map[string]string{
+		"certificate without key": "go together",
+		"key without certificate": "go together",
+		"port out of range":       "not a TCP port",
+	}
+	for name, args := range cases {
+		t.Run(name, func(t *testing.T) {
+			cmd := newAPIServerCommand()
+			cmd.SetArgs(args)
+			cmd.SilenceErrors, cmd.SilenceUsage = true, true
+			err := cmd.Execute()
+			if err == nil || !strings.Contains(err.Error(), want[name]) {
+				t.Fatalf("error %v, want one mentioning %q", err, want[name])
+			}
+		})
+	}
+	flags := newAPIServerCommand().Flags()
+	for _, f := range []string{"kubeconfig", "secure-port", "tls-cert-file", "tls-private-key-file", "install-namespace", "token-lifetime", "signing-key-secret"} {
+		if flags.Lookup(f) == nil {
+			t.Errorf("flag --%s missing", f)
+		}
+	}
+	if d := flags.Lookup("token-lifetime").DefValue; d != "5m0s" {
+		t.Errorf("--token-lifetime default %s, want 5m0s (CDI's)", d)
+	}
+}
