@@ -44,7 +44,11 @@ const (
 	ReasonUserClaimPropertySets   = "UserClaimPropertySets"
 	ReasonUnknownProvisioner      = "UnknownProvisioner"
 	ReasonInvalidClaimPropertySet = "InvalidClaimPropertySets"
+	ReasonStaticVolumes           = "StaticVolumes"
 )
+
+// NoProvisioner is the provisioner of classes whose volumes are made by hand.
+const NoProvisioner = "kubernetes.io/no-provisioner"
 
 // conflictRetry is how soon a reconcile that lost an update race runs again.
 const conflictRetry = 200 * time.Millisecond
@@ -320,6 +324,54 @@ func ClaimPropertySetsFor(provisioner string, params map[string]string) []cdiv1.
 	return sets
 }
 
+// accessModeRank and volumeModeRank order derived claim properties: shared
+// access and raw block first, as the table does.
+var (
+	accessModeRank = map[corev1.PersistentVolumeAccessMode]int{
+		corev1.ReadWriteMany: 0, corev1.ReadWriteOnce: 1, corev1.ReadOnlyMany: 2, corev1.ReadWriteOncePod: 3,
+	}
+	volumeModeRank = map[corev1.PersistentVolumeMode]int{corev1.PersistentVolumeBlock: 0, corev1.PersistentVolumeFilesystem: 1}
+)
+
+// ClaimPropertySetsFromVolumes derives the claim properties of a class
+// without a provisioner from the PersistentVolumes made by hand for it: one
+// set per access mode and volume mode found, shared access and Block first.
+// It returns nil when no volume of the class exists.
+func ClaimPropertySetsFromVolumes(className string, pvs []corev1.PersistentVolume) []cdiv1.ClaimPropertySet {
+	found := map[volumeAdvice]bool{}
+	for i := range pvs {
+		if pvs[i].Spec.StorageClassName != className {
+			continue
+		}
+		volumeMode := corev1.PersistentVolumeFilesystem
+		if pvs[i].Spec.VolumeMode != nil {
+			volumeMode = *pvs[i].Spec.VolumeMode
+		}
+		for _, m := range pvs[i].Spec.AccessModes {
+			found[volumeAdvice{m, volumeMode}] = true
+		}
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	advice := make([]volumeAdvice, 0, len(found))
+	for a := range found {
+		advice = append(advice, a)
+	}
+	sort.Slice(advice, func(i, j int) bool {
+		if advice[i].mode != advice[j].mode {
+			return accessModeRank[advice[i].mode] < accessModeRank[advice[j].mode]
+		}
+		return volumeModeRank[advice[i].volume] < volumeModeRank[advice[j].volume]
+	})
+	sets := make([]cdiv1.ClaimPropertySet, 0, len(advice))
+	for _, a := range advice {
+		volumeMode := a.volume
+		sets = append(sets, cdiv1.ClaimPropertySet{AccessModes: []corev1.PersistentVolumeAccessMode{a.mode}, VolumeMode: &volumeMode})
+	}
+	return sets
+}
+
 // -----------------------------------------------------------------------------
 // Pure decisions.
 // -----------------------------------------------------------------------------
@@ -441,9 +493,10 @@ type ProfileDecision struct {
 	CloneStrategyFrom string
 }
 
-// DecideStorageProfile computes a profile's status from its class, its spec
-// and the VolumeSnapshotClasses in the cluster.
-func DecideStorageProfile(sc *storagev1.StorageClass, spec cdiv1.StorageProfileSpec, snapshotClasses []snapshotv1.VolumeSnapshotClass) ProfileDecision {
+// DecideStorageProfile computes a profile's status from its class, its spec,
+// the VolumeSnapshotClasses in the cluster and, for a class without a
+// provisioner, the PersistentVolumes (pvs may be nil for other classes).
+func DecideStorageProfile(sc *storagev1.StorageClass, spec cdiv1.StorageProfileSpec, snapshotClasses []snapshotv1.VolumeSnapshotClass, pvs []corev1.PersistentVolume) ProfileDecision {
 	var d ProfileDecision
 	name, provisioner := sc.Name, sc.Provisioner
 	d.Status.StorageClass = &name
@@ -481,6 +534,17 @@ func DecideStorageProfile(sc *storagev1.StorageClass, spec cdiv1.StorageProfileS
 		d.Recognized.Status = metav1.ConditionTrue
 		d.Recognized.Reason = ReasonUserClaimPropertySets
 		d.Recognized.Message = "claim properties come from spec.claimPropertySets"
+	case provisioner == NoProvisioner:
+		d.Status.ClaimPropertySets = ClaimPropertySetsFromVolumes(name, pvs)
+		if len(d.Status.ClaimPropertySets) > 0 {
+			d.Recognized.Status = metav1.ConditionTrue
+			d.Recognized.Reason = ReasonStaticVolumes
+			d.Recognized.Message = "claim properties come from the PersistentVolumes of this class"
+		} else {
+			d.Recognized.Status = metav1.ConditionFalse
+			d.Recognized.Reason = ReasonUnknownProvisioner
+			d.Recognized.Message = "the class has no provisioner and no PersistentVolumes yet; create PersistentVolumes for it or set spec.claimPropertySets"
+		}
 	default:
 		d.Status.ClaimPropertySets = ClaimPropertySetsFor(provisioner, sc.Parameters)
 		if len(d.Status.ClaimPropertySets) > 0 {
@@ -589,7 +653,8 @@ func (r *StorageProfileReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("storageprofile").
 		For(&storagev1.StorageClass{}).
-		Watches(&cdiv1.StorageProfile{}, &handler.EnqueueRequestForObject{})
+		Watches(&cdiv1.StorageProfile{}, &handler.EnqueueRequestForObject{}).
+		Watches(&corev1.PersistentVolume{}, handler.EnqueueRequestsFromMapFunc(r.staticClassOf))
 	if served {
 		if !mgr.GetScheme().Recognizes(volumeSnapshotClassGVK) {
 			if err := snapshotv1.AddToScheme(mgr.GetScheme()); err != nil {
@@ -617,6 +682,20 @@ func kindServed(mgr ctrl.Manager, gvk schema.GroupVersionKind) (bool, error) {
 		return false, nil
 	}
 	return false, fmt.Errorf("looking up %s in the API: %w", gvk, err)
+}
+
+// staticClassOf maps a PersistentVolume to its class when that class has no
+// provisioner, the only case where volumes shape a profile.
+func (r *StorageProfileReconciler) staticClassOf(ctx context.Context, obj client.Object) []reconcile.Request {
+	pv, ok := obj.(*corev1.PersistentVolume)
+	if !ok || pv.Spec.StorageClassName == "" {
+		return nil
+	}
+	sc := &storagev1.StorageClass{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: pv.Spec.StorageClassName}, sc); err != nil || sc.Provisioner != NoProvisioner {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: sc.Name}}}
 }
 
 // classesOfDriver maps a VolumeSnapshotClass to the StorageClasses of its
@@ -682,8 +761,17 @@ func (r *StorageProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		snapshotClasses = list.Items
 	}
 
+	var pvs []corev1.PersistentVolume
+	if sc.Provisioner == NoProvisioner && len(profile.Spec.ClaimPropertySets) == 0 {
+		var list corev1.PersistentVolumeList
+		if err := r.Client.List(ctx, &list); err != nil {
+			return ctrl.Result{}, fmt.Errorf("listing PersistentVolumes for class %s without a provisioner: %w", sc.Name, err)
+		}
+		pvs = list.Items
+	}
+
 	// Decide.
-	d := DecideStorageProfile(sc, profile.Spec, snapshotClasses)
+	d := DecideStorageProfile(sc, profile.Spec, snapshotClasses, pvs)
 
 	// Act.
 	if !exists {

@@ -235,6 +235,7 @@ func TestDecideStorageProfile(t *testing.T) {
 		sc             *storagev1.StorageClass
 		spec           cdiv1.StorageProfileSpec
 		classes        []snapshotv1.VolumeSnapshotClass
+		pvs            []corev1.PersistentVolume
 		wantSets       string
 		wantStrategy   cdiv1.CDICloneStrategy
 		wantSnapClass  string
@@ -250,6 +251,17 @@ func TestDecideStorageProfile(t *testing.T) {
 		},
 		{
 			name: "unknown provisioner", sc: class("odd", "example.com/odd", nil),
+			wantSets: "", wantStrategy: cdiv1.CloneStrategyHostAssisted,
+			wantRecognized: metav1.ConditionFalse, wantReason: ReasonUnknownProvisioner,
+		},
+		{
+			name: "no provisioner: sets from the class's volumes", sc: class("static", NoProvisioner, nil),
+			pvs:      []corev1.PersistentVolume{pv("a", "static", &block, corev1.ReadWriteOnce), pv("b", "static", nil, corev1.ReadWriteOnce), pv("c", "elsewhere", nil, corev1.ReadWriteMany)},
+			wantSets: "RWO/Block RWO/Filesystem", wantStrategy: cdiv1.CloneStrategyHostAssisted,
+			wantRecognized: metav1.ConditionTrue, wantReason: ReasonStaticVolumes,
+		},
+		{
+			name: "no provisioner and no volumes", sc: class("static", NoProvisioner, nil),
 			wantSets: "", wantStrategy: cdiv1.CloneStrategyHostAssisted,
 			wantRecognized: metav1.ConditionFalse, wantReason: ReasonUnknownProvisioner,
 		},
@@ -285,7 +297,7 @@ func TestDecideStorageProfile(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d := DecideStorageProfile(tt.sc, tt.spec, tt.classes)
+			d := DecideStorageProfile(tt.sc, tt.spec, tt.classes, tt.pvs)
 			if *d.Status.StorageClass != tt.sc.Name || *d.Status.Provisioner != tt.sc.Provisioner {
 				t.Errorf("storageClass/provisioner = %s/%s", *d.Status.StorageClass, *d.Status.Provisioner)
 			}
@@ -306,6 +318,43 @@ func TestDecideStorageProfile(t *testing.T) {
 			}
 			if d.Status.DataImportCronSourceFormat == nil || *d.Status.DataImportCronSourceFormat != cdiv1.DataImportCronSourceFormatPvc {
 				t.Errorf("dataImportCronSourceFormat = %v", d.Status.DataImportCronSourceFormat)
+			}
+		})
+	}
+}
+
+func pv(name, class string, volumeMode *corev1.PersistentVolumeMode, modes ...corev1.PersistentVolumeAccessMode) corev1.PersistentVolume {
+	return corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       corev1.PersistentVolumeSpec{StorageClassName: class, VolumeMode: volumeMode, AccessModes: modes},
+	}
+}
+
+func TestClaimPropertySetsFromVolumes(t *testing.T) {
+	block, fs := corev1.PersistentVolumeBlock, corev1.PersistentVolumeFilesystem
+	tests := []struct {
+		name string
+		pvs  []corev1.PersistentVolume
+		want string
+	}{
+		{"none", nil, ""},
+		{"only other classes", []corev1.PersistentVolume{pv("a", "other", nil, corev1.ReadWriteOnce)}, ""},
+		{"unset volume mode is Filesystem", []corev1.PersistentVolume{pv("a", "local", nil, corev1.ReadWriteOnce)}, "RWO/Filesystem"},
+		{
+			"deduplicated and ordered shared-first, Block-first",
+			[]corev1.PersistentVolume{
+				pv("a", "local", &fs, corev1.ReadWriteOnce),
+				pv("b", "local", &block, corev1.ReadWriteOnce, corev1.ReadWriteMany),
+				pv("c", "local", &fs, corev1.ReadWriteOnce),
+				pv("d", "local", &fs, corev1.ReadOnlyMany),
+			},
+			"RWX/Block RWO/Block RWO/Filesystem ROX/Filesystem",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := sets(ClaimPropertySetsFromVolumes("local", tt.pvs)); got != tt.want {
+				t.Errorf("got %q, want %q", got, tt.want)
 			}
 		})
 	}

@@ -17,6 +17,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
@@ -94,12 +95,10 @@ func snapshotClient(t *testing.T) client.Client {
 // the test ends, and waits for it to stop then.
 func startReconcilers(t *testing.T, setups ...func(ctrl.Manager) error) {
 	t.Helper()
-	s := controller.NewScheme()
-	if err := snapshotv1.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 s,
+		// The product's scheme as it is: the StorageProfile reconciler adds
+		// the snapshot types itself when their CRD is served.
+		Scheme:                 controller.NewScheme(),
 		Logger:                 testr.NewWithOptions(t, testr.Options{LogTimestamp: true}),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
@@ -217,6 +216,23 @@ func profileMetric(t *testing.T, storageClass string) (labels map[string]string,
 		}
 	}
 	return labels, value, found
+}
+
+// deletePV deletes a PersistentVolume. envtest runs no pv-protection
+// controller, so the protection finalizer is dropped by hand first.
+func deletePV(t *testing.T, name string) {
+	ctx := context.Background()
+	pv := &corev1.PersistentVolume{}
+	if err := k8sClient.Get(ctx, types.NamespacedName{Name: name}, pv); err != nil {
+		return
+	}
+	pv.Finalizers = nil
+	if err := k8sClient.Update(ctx, pv); err != nil {
+		t.Errorf("dropping finalizers of PersistentVolume %s: %v", name, err)
+	}
+	if err := k8sClient.Delete(ctx, pv); err != nil && !apierrors.IsNotFound(err) {
+		t.Errorf("deleting PersistentVolume %s: %v", name, err)
+	}
 }
 
 // snapshotCRDServed asks discovery whether VolumeSnapshotClass is served.
@@ -408,14 +424,47 @@ func TestStorageProfileLifecycle(t *testing.T) {
 		return !ok
 	})
 
+	// 9. A class without a provisioner takes its claim properties from the
+	// PersistentVolumes made by hand for it.
+	static := "kf-sp-static-" + suffix
+	createStorageClass(t, static, controller.NoProvisioner, nil, nil)
+	p = waitProfile(t, static, "to be created", func(p cdiv1.StorageProfile) bool {
+		return meta.FindStatusCondition(p.Status.Conditions, cdiv1.StorageProfileRecognized) != nil
+	})
+	if cond = meta.FindStatusCondition(p.Status.Conditions, cdiv1.StorageProfileRecognized); cond.Status != metav1.ConditionFalse || len(p.Status.ClaimPropertySets) != 0 {
+		t.Errorf("class without volumes: Recognized %+v, sets %s", cond, profileSets(p.Status.ClaimPropertySets))
+	}
+	volume := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "kf-sp-static-pv-" + suffix},
+		Spec: corev1.PersistentVolumeSpec{
+			StorageClassName:       static,
+			AccessModes:            []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			VolumeMode:             &block,
+			Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			PersistentVolumeSource: corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: "/dev/kf-test"}},
+			NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{"nowhere"}}},
+			}}}},
+		},
+	}
+	if err := k8sClient.Create(ctx, volume); err != nil {
+		t.Fatalf("creating PersistentVolume: %v", err)
+	}
+	t.Cleanup(func() { deletePV(t, volume.Name) })
+	p = waitProfile(t, static, "to learn from its PersistentVolume", func(p cdiv1.StorageProfile) bool { return len(p.Status.ClaimPropertySets) > 0 })
+	cond = meta.FindStatusCondition(p.Status.Conditions, cdiv1.StorageProfileRecognized)
+	if got := profileSets(p.Status.ClaimPropertySets); got != "RWO/Block" || cond.Reason != controller.ReasonStaticVolumes {
+		t.Errorf("static class: sets %s, Recognized %+v", got, cond)
+	}
+
 	// Clean up: remove the remaining classes while the reconciler runs, so
 	// that their profiles go too.
-	for _, name := range []string{annotated, local, ceph} {
+	for _, name := range []string{annotated, local, ceph, static} {
 		if err := k8sClient.Delete(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, name := range []string{annotated, local, ceph} {
+	for _, name := range []string{annotated, local, ceph, static} {
 		waitFor(t, 20*time.Second, "profile "+name+" to go", func() bool {
 			_, ok := profileStatus(t, name)
 			return !ok
