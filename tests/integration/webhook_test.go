@@ -222,6 +222,33 @@ func testWebhooks(t *testing.T, e *aggEnv) {
 		}
 	})
 
+	t.Run("a sourceRef DataSource in the source namespace is resolved and authorised", func(t *testing.T) {
+		ds := &cdiv1.DataSource{
+			ObjectMeta: metav1.ObjectMeta{Namespace: src, Name: "fedora"},
+			Spec:       cdiv1.DataSourceSpec{Source: cdiv1.DataSourceSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: src, Name: "golden"}}},
+		}
+		if err := e.client.Create(ctx, ds); err != nil {
+			t.Fatal(err)
+		}
+		dv := storageDV(dst, "from-datasource", cdiv1.DataVolumeSource{})
+		dv.Spec.Source, dv.Spec.SourceRef = nil, &cdiv1.DataVolumeSourceRef{Kind: "DataSource", Namespace: &src, Name: "fedora"}
+		if err := alice.Create(ctx, dv); err != nil {
+			t.Fatalf("alice's sourceRef clone: %v", err)
+		}
+		p, err := validator.Validate(dv.Annotations[cdiv1.AnnCloneToken])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := token.CheckClone(p, token.ResourcePVC, src, "golden", dst, "from-datasource"); err != nil {
+			t.Fatal(err)
+		}
+		dv = storageDV(dst, "from-datasource-bob", cdiv1.DataVolumeSource{})
+		dv.Spec.Source, dv.Spec.SourceRef = nil, &cdiv1.DataVolumeSourceRef{Kind: "DataSource", Namespace: &src, Name: "fedora"}
+		if err := bob.Create(ctx, dv); !apierrors.IsForbidden(err) {
+			t.Fatalf("bob's sourceRef clone: %v", err)
+		}
+	})
+
 	t.Run("a user without permission in the source namespace is denied with the missing permission", func(t *testing.T) {
 		err := bob.Create(ctx, cloneDV("by-bob"))
 		if !apierrors.IsForbidden(err) {
