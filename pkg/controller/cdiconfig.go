@@ -183,6 +183,42 @@ func CDIConfigStatusFor(spec cdiv1.CDIConfigSpec, current cdiv1.CDIConfigStatus,
 	return out, nil
 }
 
+// AnnConfigAuthority on the CDI resource makes its spec.config the
+// CDIConfig's spec, as CDI's operator does.
+const AnnConfigAuthority = "cdi.kubevirt.io/configAuthority"
+
+// cdiPhaseError is the phase of a CDI resource that is not the active one.
+const cdiPhaseError cdiv1.CDIPhase = "Error"
+
+// ConfigSpecFromCDI decides whether the CDI resource dictates the CDIConfig
+// spec: only the active CDI (the only one, or the only one not in phase
+// Error) carrying AnnConfigAuthority does; its spec.config, or an empty spec,
+// is then the CDIConfig spec. Several active CDI resources are an error.
+func ConfigSpecFromCDI(cdis []cdiv1.CDI) (spec cdiv1.CDIConfigSpec, authoritative bool, err error) {
+	active := cdis
+	if len(cdis) > 1 {
+		active = nil
+		for i := range cdis {
+			if cdis[i].Status.Phase != cdiPhaseError {
+				active = append(active, cdis[i])
+			}
+		}
+		if len(active) != 1 {
+			return spec, false, fmt.Errorf("%d active CDI resources; keep exactly one", len(active))
+		}
+	}
+	if len(active) == 0 {
+		return spec, false, nil
+	}
+	if _, ok := active[0].Annotations[AnnConfigAuthority]; !ok {
+		return spec, false, nil
+	}
+	if active[0].Spec.Config != nil {
+		spec = *active[0].Spec.Config.DeepCopy()
+	}
+	return spec, true, nil
+}
+
 // CDIConfigReconciler creates the singleton CDIConfig "config" when it is
 // absent and keeps its status: the values in force for every consumer.
 type CDIConfigReconciler struct {
@@ -197,9 +233,9 @@ type CDIConfigReconciler struct {
 // configRequest is the one key this reconciler works on.
 var configRequest = reconcile.Request{NamespacedName: types.NamespacedName{Name: cdiv1.CDIConfigName}}
 
-// SetupWithManager registers the reconciler. Any change to the CDIConfig or
-// to a StorageClass reconciles the singleton; so does the start itself, so
-// that the config is created on a fresh cluster.
+// SetupWithManager registers the reconciler. Any change to the CDIConfig, a
+// StorageClass or the CDI resource reconciles the singleton; so does the
+// start itself, so that the config is created on a fresh cluster.
 func (r *CDIConfigReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Client == nil {
 		r.Client = mgr.GetClient()
@@ -213,6 +249,7 @@ func (r *CDIConfigReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return o.GetName() == cdiv1.CDIConfigName
 		}))).
 		Watches(&storagev1.StorageClass{}, toConfig).
+		Watches(&cdiv1.CDI{}, toConfig).
 		WatchesRawSource(source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
 			q.Add(configRequest)
 			return nil
@@ -229,6 +266,14 @@ func (r *CDIConfigReconciler) Reconcile(ctx context.Context, _ reconcile.Request
 	logger := log.FromContext(ctx).WithValues("cdiConfig", cdiv1.CDIConfigName)
 
 	// Read (creating the singleton if absent).
+	var cdis cdiv1.CDIList
+	if err := r.Client.List(ctx, &cdis); err != nil {
+		return reconcile.Result{}, fmt.Errorf("listing CDI resources: %w", err)
+	}
+	cdiSpec, authoritative, err := ConfigSpecFromCDI(cdis.Items)
+	if err != nil {
+		return reconcile.Result{}, fmt.Errorf("deciding whether the CDI resource owns the CDIConfig spec: %w", err)
+	}
 	config := &cdiv1.CDIConfig{}
 	if err := r.Client.Get(ctx, configRequest.NamespacedName, config); err != nil {
 		if !apierrors.IsNotFound(err) {
@@ -238,6 +283,9 @@ func (r *CDIConfigReconciler) Reconcile(ctx context.Context, _ reconcile.Request
 			Name:   cdiv1.CDIConfigName,
 			Labels: map[string]string{cdiv1.LabelApp: cdiv1.LabelAppValue, cdiv1.LabelAppManagedBy: "kubefill"},
 		}}
+		if authoritative {
+			config.Spec = cdiSpec
+		}
 		if err := r.Client.Create(ctx, config); err != nil {
 			if apierrors.IsAlreadyExists(err) {
 				return reconcile.Result{}, fmt.Errorf("creating CDIConfig %s: it appeared meanwhile, retrying: %w", cdiv1.CDIConfigName, err)
@@ -245,6 +293,17 @@ func (r *CDIConfigReconciler) Reconcile(ctx context.Context, _ reconcile.Request
 			return reconcile.Result{}, fmt.Errorf("creating CDIConfig %s: %w", cdiv1.CDIConfigName, err)
 		}
 		logger.Info("created CDIConfig")
+	}
+	if authoritative && !equality.Semantic.DeepEqual(config.Spec, cdiSpec) {
+		config.Spec = cdiSpec
+		if err := r.Client.Update(ctx, config); err != nil {
+			if apierrors.IsConflict(err) {
+				logger.V(1).Info("CDIConfig changed since read; retrying")
+				return reconcile.Result{RequeueAfter: conflictRetry}, nil
+			}
+			return reconcile.Result{}, fmt.Errorf("copying the CDI resource's spec.config into CDIConfig %s: %w", cdiv1.CDIConfigName, err)
+		}
+		logger.Info("CDIConfig spec replaced by the CDI resource's spec.config", "annotation", AnnConfigAuthority)
 	}
 	var classes storagev1.StorageClassList
 	if err := r.Client.List(ctx, &classes); err != nil {

@@ -259,3 +259,49 @@ func TestCDIConfigStatusFor(t *testing.T) {
 		})
 	}
 }
+
+func TestConfigSpecFromCDI(t *testing.T) {
+	cdi := func(name string, authority bool, phase cdiv1.CDIPhase, config *cdiv1.CDIConfigSpec) cdiv1.CDI {
+		c := cdiv1.CDI{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: cdiv1.CDISpec{Config: config}, Status: cdiv1.CDIStatus{Phase: phase}}
+		if authority {
+			c.Annotations = map[string]string{AnnConfigAuthority: ""}
+		}
+		return c
+	}
+	prealloc := &cdiv1.CDIConfigSpec{Preallocation: func() *bool { b := true; return &b }()}
+	tests := []struct {
+		name          string
+		cdis          []cdiv1.CDI
+		authoritative bool
+		wantPrealloc  bool
+		wantErr       bool
+	}{
+		{"no CDI", nil, false, false, false},
+		{"CDI without the annotation", []cdiv1.CDI{cdi("cdi", false, "Deployed", prealloc)}, false, false, false},
+		{"annotated CDI with config", []cdiv1.CDI{cdi("cdi", true, "Deployed", prealloc)}, true, true, false},
+		{"annotated CDI without config empties the spec", []cdiv1.CDI{cdi("cdi", true, "Deployed", nil)}, true, false, false},
+		{"the one not in Error is active", []cdiv1.CDI{cdi("old", false, "Error", nil), cdi("cdi", true, "Deployed", prealloc)}, true, true, false},
+		{"two active is an error", []cdiv1.CDI{cdi("a", true, "Deployed", nil), cdi("b", true, "Deployed", nil)}, false, false, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			spec, authoritative, err := ConfigSpecFromCDI(tt.cdis)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("err = %v, want error %v", err, tt.wantErr)
+			}
+			if authoritative != tt.authoritative {
+				t.Errorf("authoritative = %v, want %v", authoritative, tt.authoritative)
+			}
+			if got := spec.Preallocation != nil && *spec.Preallocation; got != tt.wantPrealloc {
+				t.Errorf("preallocation = %v, want %v", got, tt.wantPrealloc)
+			}
+		})
+	}
+	// The returned spec is a copy.
+	cdis := []cdiv1.CDI{cdi("cdi", true, "Deployed", prealloc)}
+	spec, _, _ := ConfigSpecFromCDI(cdis)
+	*spec.Preallocation = false
+	if !*cdis[0].Spec.Config.Preallocation {
+		t.Error("the CDI resource was modified through the result")
+	}
+}

@@ -189,7 +189,35 @@ func TestCDIConfigLifecycle(t *testing.T) {
 		return ptr.Deref(c.Status.UploadProxyURL, "") == flagURL
 	})
 
-	// 6. Deleting the config brings it back.
+	// 6. An active CDI resource carrying the config-authority annotation
+	// dictates the spec, as CDI's operator does.
+	var cdis cdiv1.CDIList
+	if err := k8sClient.List(ctx, &cdis); err != nil {
+		t.Fatal(err)
+	}
+	if len(cdis.Items) > 0 {
+		t.Logf("skipping the config-authority step: %d CDI resources already exist", len(cdis.Items))
+	} else {
+		cdi := &cdiv1.CDI{
+			ObjectMeta: metav1.ObjectMeta{Name: "kf-cc-cdi-" + suffix, Annotations: map[string]string{controller.AnnConfigAuthority: ""}},
+			Spec:       cdiv1.CDISpec{Config: &cdiv1.CDIConfigSpec{ScratchSpaceStorageClass: ptr.To(def), FilesystemOverhead: &cdiv1.FilesystemOverhead{Global: "0.07"}}},
+		}
+		if err := k8sClient.Create(ctx, cdi); err != nil {
+			t.Fatalf("creating CDI resource: %v", err)
+		}
+		t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), cdi) })
+		c = waitConfig(t, "to take the CDI resource's spec.config", func(c cdiv1.CDIConfig) bool {
+			return c.Status.FilesystemOverhead.Global == "0.07"
+		})
+		if c.Spec.Preallocation != nil || c.Status.Preallocation || len(c.Status.ImagePullSecrets) != 0 || ptr.Deref(c.Spec.ScratchSpaceStorageClass, "") != def {
+			t.Errorf("spec not replaced whole: spec %+v, status preallocation %v", c.Spec, c.Status.Preallocation)
+		}
+		if err := k8sClient.Delete(ctx, cdi); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// 7. Deleting the config brings it back.
 	uid := c.UID
 	if err := k8sClient.Delete(ctx, &c); err != nil {
 		t.Fatal(err)
