@@ -1,0 +1,350 @@
+package e2e
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+	"github.com/kubefill/kubefill/pkg/controller"
+	"github.com/kubefill/kubefill/tests/cluster"
+)
+
+var installCRDs sync.Once
+
+// startKubefill installs Kubefill's CRDs (once) and runs its controller
+// manager, from this checkout, against the local cluster for one test.
+func startKubefill(t *testing.T) client.Client {
+	t.Helper()
+	installCRDs.Do(func() {
+		root, err := cluster.RepoRoot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := envtest.InstallCRDs(cl.Config, envtest.CRDInstallOptions{Paths: []string{filepath.Join(root, "manifests", "crd")}, ErrorIfPathMissing: true}); err != nil {
+			t.Fatalf("installing Kubefill's CRDs: %v", err)
+		}
+	})
+	mgr, err := controller.NewManager(cl.Config, controller.ManagerOptions{
+		MetricsBindAddress: "0", HealthProbeBindAddress: "0", SkipNameValidation: true,
+		WorkerImage: "kubefill/kubefill:e2e", WorkerPullPolicy: corev1.PullIfNotPresent,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	c, err := client.New(cl.Config, client.Options{Scheme: controller.NewScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// imageServer serves dir over plain HTTP where pods can reach it: on the
+// host, at the pod network's gateway address.
+func imageServer(t *testing.T, dir string) string {
+	t.Helper()
+	prefix, err := netip.ParsePrefix(cl.PodSubnet)
+	if err != nil {
+		t.Fatalf("pod subnet %q: %v", cl.PodSubnet, err)
+	}
+	ln, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.FileServer(http.Dir(dir)), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return fmt.Sprintf("http://%s:%d", prefix.Addr().Next(), ln.Addr().(*net.TCPAddr).Port)
+}
+
+// testImage writes a compressed qcow2 with scattered data into dir and
+// returns its name, its virtual size and the sha256 of its raw contents as
+// qemu-img converts them.
+func testImage(t *testing.T, dir string) (name string, virtualSize int64, rawSHA string) {
+	t.Helper()
+	raw := filepath.Join(dir, "src.raw")
+	const size = 64 << 20
+	f, err := os.Create(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(size); err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 1<<20)
+	for i, off := range []int64{0, 5 << 20, 17 << 20, 40 << 20, size - 1<<20} {
+		for j := range chunk {
+			chunk[j] = byte((j*7 + i*131) ^ (j >> 9))
+		}
+		if _, err := f.WriteAt(chunk, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	qcow := filepath.Join(dir, "disk.qcow2")
+	run(t, "qemu-img", "convert", "-f", "raw", "-O", "qcow2", "-c", raw, qcow)
+	expected := filepath.Join(dir, "expected.raw")
+	run(t, "qemu-img", "convert", "-f", "qcow2", "-O", "raw", qcow, expected)
+	return "disk.qcow2", size, fileSHA256(t, expected)
+}
+
+func run(t *testing.T, name string, args ...string) {
+	t.Helper()
+	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+		t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+	}
+}
+
+func fileSHA256(t *testing.T, path string) string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// waitDataVolume polls a DataVolume until done says so, recording every
+// phase and progress it passes through.
+func waitDataVolume(t *testing.T, c client.Client, ns, name string, timeout time.Duration, done func(*cdiv1.DataVolume) bool) (*cdiv1.DataVolume, []string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var seen []string
+	dv := &cdiv1.DataVolume{}
+	for {
+		if err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, dv); err == nil {
+			step := fmt.Sprintf("%s %s", dv.Status.Phase, dv.Status.Progress)
+			if len(seen) == 0 || seen[len(seen)-1] != step {
+				seen = append(seen, step)
+			}
+			if done(dv) {
+				return dv, seen
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("DataVolume %s/%s: timed out after %s; passed through %v\nstatus: %+v\nclaim events:\n%s\nDataVolume events:\n%s",
+				ns, name, timeout, seen, dv.Status, eventsFor(ns, name), eventsFor(ns, name))
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// claimSHA256 reads the first n bytes of a Filesystem claim's disk.img
+// through a pod and returns their sha256.
+func claimSHA256(t *testing.T, ns, claim string, n int64) string {
+	t.Helper()
+	pod := podWithClaim("read-"+claim, claim, false, fmt.Sprintf("head -c %d /data/disk.img | sha256sum | cut -d' ' -f1 > /dev/termination-log", n))
+	return strings.TrimSpace(runToCompletion(t, ns, pod))
+}
+
+func filesystemClaim(size string) *corev1.PersistentVolumeClaimSpec {
+	return &corev1.PersistentVolumeClaimSpec{
+		AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+		StorageClassName: ptr.To(cluster.StorageClassImmediate),
+		VolumeMode:       ptr.To(corev1.PersistentVolumeFilesystem),
+		Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)}},
+	}
+}
+
+// TestDataVolumeImportsQcow2OverHTTP is the main job: a DataVolume imports a
+// compressed qcow2 from an HTTP server; the claim ends Bound holding exactly
+// what qemu-img converts the image to, and no prime or importer is left.
+func TestDataVolumeImportsQcow2OverHTTP(t *testing.T) {
+	c := startKubefill(t)
+	ns := newNamespace(t)
+	dir := t.TempDir()
+	name, virtualSize, want := testImage(t, dir)
+	url := imageServer(t, dir) + "/" + name
+
+	dv := &cdiv1.DataVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "fedora", Namespace: ns},
+		Spec: cdiv1.DataVolumeSpec{
+			Source: &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: url}},
+			PVC:    filesystemClaim("128Mi"),
+		},
+	}
+	start := time.Now()
+	if err := c.Create(context.Background(), dv); err != nil {
+		t.Fatal(err)
+	}
+	dv, seen := waitDataVolume(t, c, ns, "fedora", 4*time.Minute, func(dv *cdiv1.DataVolume) bool {
+		return dv.Status.Phase == cdiv1.Succeeded || dv.Status.Phase == cdiv1.Failed
+	})
+	t.Logf("import took %s; phases seen: %v", time.Since(start).Round(time.Millisecond), seen)
+	if dv.Status.Phase != cdiv1.Succeeded || dv.Status.Progress != "100.0%" {
+		t.Fatalf("DataVolume ended %s %s: %+v\nevents:\n%s", dv.Status.Phase, dv.Status.Progress, dv.Status.Conditions, eventsFor(ns, "fedora"))
+	}
+	pvc := &corev1.PersistentVolumeClaim{}
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "fedora"}, pvc); err != nil {
+		t.Fatal(err)
+	}
+	if pvc.Status.Phase != corev1.ClaimBound {
+		t.Fatalf("claim is %s after success", pvc.Status.Phase)
+	}
+	assertNoLeftovers(t, c, ns)
+	if got := claimSHA256(t, ns, "fedora", virtualSize); got != want {
+		t.Errorf("claim holds sha256 %s over %d bytes, qemu-img convert gives %s", got, virtualSize, want)
+	}
+}
+
+// TestBarePVCWithVolumeImportSource fills a PVC that names a
+// VolumeImportSource directly, without a DataVolume.
+func TestBarePVCWithVolumeImportSource(t *testing.T) {
+	c := startKubefill(t)
+	ns := newNamespace(t)
+	dir := t.TempDir()
+	name, virtualSize, want := testImage(t, dir)
+	src := &cdiv1.VolumeImportSource{
+		ObjectMeta: metav1.ObjectMeta{Name: "from-http", Namespace: ns},
+		Spec:       cdiv1.VolumeImportSourceSpec{Source: &cdiv1.ImportSourceType{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: imageServer(t, dir) + "/" + name}}},
+	}
+	if err := c.Create(context.Background(), src); err != nil {
+		t.Fatal(err)
+	}
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "bare", Namespace: ns}, Spec: *filesystemClaim("128Mi")}
+	pvc.Spec.DataSourceRef = &corev1.TypedObjectReference{APIGroup: ptr.To(cdiv1.GroupName), Kind: cdiv1.VolumeImportSourceRef, Name: "from-http"}
+	if err := c.Create(context.Background(), pvc); err != nil {
+		t.Fatal(err)
+	}
+	got := waitPVC(t, ns, "bare", 4*time.Minute, "Bound and populated", func(p *corev1.PersistentVolumeClaim) bool {
+		return p.Status.Phase == corev1.ClaimBound && p.Annotations[cdiv1.AnnPopulatedFor] == "bare"
+	})
+	t.Logf("claim annotations: progress %s, pod phase %s, restarts %s",
+		got.Annotations[cdiv1.AnnPopulatorProgress], got.Annotations[cdiv1.AnnPodPhase], got.Annotations[cdiv1.AnnPodRestarts])
+	assertNoLeftovers(t, c, ns)
+	if sum := claimSHA256(t, ns, "bare", virtualSize); sum != want {
+		t.Errorf("claim holds sha256 %s, want %s", sum, want)
+	}
+}
+
+// TestWrongChecksumFailsClearly imports an image whose checksum does not
+// match: the DataVolume fails with the importer's message and an event, and
+// its claim never binds to the bad data.
+func TestWrongChecksumFailsClearly(t *testing.T) {
+	c := startKubefill(t)
+	ns := newNamespace(t)
+	dir := t.TempDir()
+	name, _, _ := testImage(t, dir)
+	dv := &cdiv1.DataVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "bad-sum", Namespace: ns},
+		Spec: cdiv1.DataVolumeSpec{
+			Source: &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{
+				URL: imageServer(t, dir) + "/" + name, Checksum: "sha256:" + strings.Repeat("0", 64)}},
+			PVC: filesystemClaim("128Mi"),
+		},
+	}
+	if err := c.Create(context.Background(), dv); err != nil {
+		t.Fatal(err)
+	}
+	dv, seen := waitDataVolume(t, c, ns, "bad-sum", 4*time.Minute, func(dv *cdiv1.DataVolume) bool {
+		return dv.Status.Phase == cdiv1.Failed || dv.Status.Phase == cdiv1.Succeeded
+	})
+	t.Logf("phases seen: %v", seen)
+	if dv.Status.Phase != cdiv1.Failed {
+		t.Fatalf("a wrong checksum ended %s", dv.Status.Phase)
+	}
+	var running cdiv1.DataVolumeCondition
+	for _, cond := range dv.Status.Conditions {
+		if cond.Type == cdiv1.DataVolumeRunning {
+			running = cond
+		}
+	}
+	t.Logf("Running=%s %s: %s", running.Status, running.Reason, running.Message)
+	if running.Status != corev1.ConditionFalse || !strings.Contains(strings.ToLower(running.Message), "checksum") {
+		t.Errorf("Running condition does not explain the checksum failure: %+v", running)
+	}
+	pvc := &corev1.PersistentVolumeClaim{}
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "bad-sum"}, pvc); err != nil {
+		t.Fatal(err)
+	}
+	if pvc.Status.Phase == corev1.ClaimBound {
+		t.Errorf("the claim bound to data that failed its checksum")
+	}
+	if ev := eventsFor(ns, "bad-sum"); !strings.Contains(strings.ToLower(ev), "checksum") {
+		t.Errorf("no event tells of the checksum failure; events:\n%s", ev)
+	}
+	// Deleting the DataVolume takes the claim, the prime and the importer with it.
+	if err := c.Delete(context.Background(), dv); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		claims := &corev1.PersistentVolumeClaimList{}
+		if err := c.List(context.Background(), claims, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		if len(claims.Items) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("claims left a minute after deleting the DataVolume: %d (first %s)", len(claims.Items), claims.Items[0].Name)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// assertNoLeftovers checks a finished population removed its prime and importer.
+func assertNoLeftovers(t *testing.T, c client.Client, ns string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		claims := &corev1.PersistentVolumeClaimList{}
+		pods := &corev1.PodList{}
+		if err := c.List(context.Background(), claims, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.List(context.Background(), pods, client.InNamespace(ns), client.MatchingLabels{cdiv1.LabelComponent: "importer"}); err != nil {
+			t.Fatal(err)
+		}
+		left := []string{}
+		for _, p := range claims.Items {
+			if strings.HasPrefix(p.Name, "prime-") {
+				left = append(left, "claim "+p.Name)
+			}
+		}
+		for _, p := range pods.Items {
+			left = append(left, "pod "+p.Name)
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("left behind after success: %v", left)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
