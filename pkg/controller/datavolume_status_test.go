@@ -80,3 +80,15 @@ func TestMergeConditionsKeepsTimesWhenNothingChanged(t *testing.T) {
 		t.Errorf("changed conditions kept old times: %+v %+v", got[1], got[2])
 	}
 }
+
+func TestCountPending(t *testing.T) {
+	dvs := []cdiv1.DataVolume{
+		{Status: cdiv1.DataVolumeStatus{Phase: cdiv1.Pending}},
+		{Status: cdiv1.DataVolumeStatus{Phase: cdiv1.ImportInProgress}},
+		{Status: cdiv1.DataVolumeStatus{Phase: cdiv1.Pending}},
+		{},
+	}
+	if n := CountPending(dvs); n != 2 {
+		t.Errorf("CountPending = %d, want 2", n)
+	}
+}

@@ -1,14 +1,17 @@
 package controller
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kubefill/kubefill/pkg/populators"
@@ -49,6 +52,12 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
 	}
 	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return nil, fmt.Errorf("adding readiness check: %w", err)
+	}
+	if err := metrics.Registry.Register(pendingCollector{reader: mgr.GetClient()}); err != nil {
+		var already prometheus.AlreadyRegisteredError
+		if !errors.As(err, &already) {
+			return nil, fmt.Errorf("registering metrics: %w", err)
+		}
 	}
 	dataVolumes := &DataVolumeReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("datavolume-controller")}
 	if err := dataVolumes.SetupWithManager(mgr); err != nil {
