@@ -55,12 +55,9 @@ func newTestNetns(t *testing.T) *testNetns {
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Fatal("the aggregator test needs the ip command (Debian package iproute2)")
 	}
-	id := os.Getpid() % 250
 	n := &testNetns{
-		name:     fmt.Sprintf("kfagg%d", os.Getpid()),
-		hostIf:   fmt.Sprintf("kfah%d", os.Getpid()%100000),
-		hostAddr: fmt.Sprintf("10.252.%d.1", id),
-		nsAddr:   fmt.Sprintf("10.252.%d.2", id),
+		name:   fmt.Sprintf("kfagg%d", os.Getpid()),
+		hostIf: fmt.Sprintf("kfah%d", os.Getpid()%100000),
 	}
 	nsIf := fmt.Sprintf("kfan%d", os.Getpid()%100000)
 	runIP(t, "netns", "add", n.name)
@@ -72,9 +69,20 @@ func newTestNetns(t *testing.T) *testNetns {
 	})
 	runIP(t, "link", "add", n.hostIf, "type", "veth", "peer", "name", nsIf)
 	runIP(t, "link", "set", nsIf, "netns", n.name)
-	runIP(t, "addr", "add", n.hostAddr+"/32", "dev", n.hostIf)
 	runIP(t, "link", "set", n.hostIf, "up")
-	runIP(t, "route", "add", n.nsAddr+"/32", "dev", n.hostIf)
+	// Pick a /32 pair whose route is free; another test process may hold one.
+	for try := 0; ; try++ {
+		id := (os.Getpid() + try) % 250
+		n.hostAddr, n.nsAddr = fmt.Sprintf("10.252.%d.1", id), fmt.Sprintf("10.252.%d.2", id)
+		if out, err := exec.Command("ip", "route", "add", n.nsAddr+"/32", "dev", n.hostIf).CombinedOutput(); err != nil {
+			if try < 10 && strings.Contains(string(out), "File exists") {
+				continue
+			}
+			t.Fatalf("ip route add %s/32: %v: %s", n.nsAddr, err, out)
+		}
+		break
+	}
+	runIP(t, "addr", "add", n.hostAddr+"/32", "dev", n.hostIf)
 	runIP(t, "-n", n.name, "link", "set", "lo", "up")
 	runIP(t, "-n", n.name, "addr", "add", n.nsAddr+"/32", "dev", nsIf)
 	runIP(t, "-n", n.name, "link", "set", nsIf, "up")

@@ -116,6 +116,10 @@ func startAggEnv(t *testing.T) *aggEnv {
 		CRDDirectoryPaths:     []string{filepath.Join(repoRoot(), "manifests", "crd")},
 		ErrorIfCRDPathMissing: true,
 		Scheme:                scheme,
+		// Generous: on a loaded 2-core machine kube-apiserver can take well over
+		// envtest's 20 s default, and a timed-out try leaves its process behind.
+		ControlPlaneStartTimeout: 2 * time.Minute,
+		ControlPlaneStopTimeout:  30 * time.Second,
 	}
 	args := env.ControlPlane.GetAPIServer().Configure()
 	args.Set("authorization-mode", "Node,RBAC")
