@@ -489,3 +489,23 @@ func TestBlockTargets(t *testing.T) {
 		t.Fatalf("qcow2 larger than the device: %v", err)
 	}
 }
+
+// A plain stream (as the upload server will pass) works without Range:
+// qcow2 goes through scratch, raw streams straight through.
+func TestStreamSource(t *testing.T) {
+	f := setup(t)
+	for _, c := range []struct{ name, method string }{{"disk-zstd.qcow2", "qcow2-scratch"}, {"disk.raw.zst", "stream"}} {
+		fh, err := os.Open(filepath.Join(f.dir, c.name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := outPath(t)
+		res, err := Import(context.Background(), &source.Stream{Name: "upload", Body: fh, Len: -1}, Options{Path: out, ScratchDir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Method != c.method || testimg.FileSHA256(t, out) != f.rawSHA {
+			t.Fatalf("%s: method %s or data wrong", c.name, res.Method)
+		}
+	}
+}

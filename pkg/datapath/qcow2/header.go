@@ -145,6 +145,9 @@ func ParseHeader(b []byte) (*Header, error) {
 	if uint64(h.L1Size)*8 > maxL1Bytes {
 		return nil, fmt.Errorf("corrupt qcow2 header: L1 table of %d entries is too large", h.L1Size)
 	}
+	if h.L1TableOffset >= 1<<56 {
+		return nil, fmt.Errorf("corrupt qcow2 header: L1 table offset %#x out of range", h.L1TableOffset)
+	}
 	if h.L1Size > 0 && h.L1TableOffset%uint64(h.ClusterSize()) != 0 {
 		return nil, fmt.Errorf("corrupt qcow2 header: L1 table offset %#x not cluster aligned", h.L1TableOffset)
 	}

@@ -7,15 +7,17 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/kubefill/kubefill/pkg/datapath/sink"
 	"github.com/kubefill/kubefill/pkg/datapath/testimg"
 )
 
-func header(t *testing.T, version uint32, mutate func(b []byte)) []byte {
+func header(t testing.TB, version uint32, mutate func(b []byte)) []byte {
 	t.Helper()
 	b := make([]byte, HeaderLen)
 	copy(b, "QFI\xfb")
@@ -316,4 +318,70 @@ func TestWalkPlansBatches(t *testing.T) {
 		t.Fatalf("%d batches, largest %d extents", batches, maxLen)
 	}
 	t.Logf("%d batches, largest %d extents, %d fetches", batches, maxLen, reqs.Load())
+}
+
+// FuzzImage feeds arbitrary bytes through the whole reader: header, plan
+// and execution into a bounded sink. It must fail cleanly, never panic,
+// hang or write past the virtual size.
+func FuzzImage(f *testing.F) {
+	seed := header(f, 3, func(b []byte) {
+		binary.BigEndian.PutUint32(b[20:], 9)      // 512-byte clusters
+		binary.BigEndian.PutUint64(b[24:], 64<<10) // 64 KiB virtual
+		binary.BigEndian.PutUint32(b[36:], 1)      // one L1 entry
+		binary.BigEndian.PutUint64(b[40:], 512)    // L1 at 512
+	})
+	img := make([]byte, 4096)
+	copy(img, seed)
+	binary.BigEndian.PutUint64(img[512:], 1024|1<<63)  // L2 at 1024
+	binary.BigEndian.PutUint64(img[1024:], 2048|1<<63) // cluster 0 at 2048
+	binary.BigEndian.PutUint64(img[1032:], 1<<62|3000) // a compressed cluster
+	f.Add(img)
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) < HeaderLen {
+			return
+		}
+		h, err := ParseHeader(b)
+		if err != nil || h.Size > 1<<20 {
+			return
+		}
+		p, err := BuildPlan(context.Background(), bytesReaderAt(b), h, int64(len(b)))
+		if err != nil {
+			return
+		}
+		tg, err := sink.Open(filepath.Join(dir, "out"), sink.Options{Limit: int64(h.Size)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tg.Close()
+		fetch := func(_ context.Context, off, n int64) (io.ReadCloser, error) {
+			return io.NopCloser(io.NewSectionReader(bytesReaderAt(b), off, n)), nil
+		}
+		watchdog := time.AfterFunc(10*time.Second, func() {
+			buf := make([]byte, 1<<20)
+			n := runtime.Stack(buf, true)
+			panic("Execute hung:\n" + string(buf[:n]))
+		})
+		_ = Execute(context.Background(), p, fetch, tg, ExecOptions{Workers: 1})
+		watchdog.Stop()
+		if tg.End() > int64(h.Size) {
+			t.Fatalf("wrote up to %d past virtual size %d", tg.End(), h.Size)
+		}
+	})
+}
+
+type bytesReaderAt []byte
+
+func (b bytesReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, errors.New("negative offset")
+	}
+	if off >= int64(len(b)) {
+		return 0, io.EOF
+	}
+	n := copy(p, b[off:])
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
 }

@@ -116,3 +116,27 @@ type sectionCloser struct {
 }
 
 func (s *sectionCloser) Close() error { return s.f.Close() }
+
+// Stream wraps an already open body (an upload request, a clone stream)
+// as a Source. It can be opened once. Size may be -1.
+type Stream struct {
+	Name string
+	Body io.ReadCloser
+	Len  int64
+	used bool
+}
+
+// Open implements Source.
+func (s *Stream) Open(context.Context) (io.ReadCloser, error) {
+	if s.used {
+		return nil, fmt.Errorf("%s: a stream can be read only once", s.Name)
+	}
+	s.used = true
+	return s.Body, nil
+}
+
+// Size implements Source.
+func (s *Stream) Size() int64 { return s.Len }
+
+// String implements Source.
+func (s *Stream) String() string { return s.Name }
