@@ -234,7 +234,7 @@ func (e *aggEnv) startServer(t *testing.T, webhooks bool) *runningServer {
 	})
 	// Ready once the auth ConfigMap and the signing key are loaded.
 	hc := rs.httpClient(t, nil)
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(90 * time.Second)
 	for {
 		resp, err := hc.Get("https://" + rs.addr + "/readyz")
 		if err == nil {
@@ -249,7 +249,7 @@ func (e *aggEnv) startServer(t *testing.T, webhooks bool) *runningServer {
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("apiserver not ready within 30s (last error %v)", err)
+			t.Fatalf("apiserver not ready within 90s (last error %v)", err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

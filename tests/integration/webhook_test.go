@@ -132,8 +132,8 @@ func testWebhooks(t *testing.T, e *aggEnv) {
 		if err != nil {
 			break
 		}
-		if time.Since(start) > 20*time.Second {
-			t.Fatal("webhook not in effect within 20s")
+		if time.Since(start) > 60*time.Second {
+			t.Fatal("webhook not in effect within 60s")
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
