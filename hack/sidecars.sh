@@ -38,6 +38,20 @@ if have_all; then
 fi
 
 log() { echo "sidecars: $*" >&2; }
+
+# Test packages run in parallel and each may call this script: one builds,
+# the others wait for it and then find the cache filled.
+mkdir -p "$(dirname "$OUT")"
+exec 9>"$(dirname "$OUT")/.lock"
+if ! flock -n 9; then
+  log "another build is running; waiting for it"
+  flock 9
+fi
+if have_all; then
+  echo "$OUT"
+  exit 0
+fi
+
 start=$(date +%s)
 log "building $PROVISIONER_MOD@$PROVISIONER_VERSION and $SNAPSHOTTER_MOD@$SNAPSHOTTER_VERSION into $OUT (cold build, several minutes)"
 
