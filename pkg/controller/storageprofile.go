@@ -654,7 +654,8 @@ func (r *StorageProfileReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("storageprofile").
 		For(&storagev1.StorageClass{}).
 		Watches(&cdiv1.StorageProfile{}, &handler.EnqueueRequestForObject{}).
-		Watches(&corev1.PersistentVolume{}, handler.EnqueueRequestsFromMapFunc(r.staticClassOf))
+		Watches(&corev1.PersistentVolume{}, handler.EnqueueRequestsFromMapFunc(r.staticClassOf)).
+		Watches(&storagev1.CSIDriver{}, handler.EnqueueRequestsFromMapFunc(r.classesOfCSIDriver))
 	if served {
 		if !mgr.GetScheme().Recognizes(volumeSnapshotClassGVK) {
 			if err := snapshotv1.AddToScheme(mgr.GetScheme()); err != nil {
@@ -696,6 +697,28 @@ func (r *StorageProfileReconciler) staticClassOf(ctx context.Context, obj client
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: sc.Name}}}
+}
+
+// classesOfCSIDriver maps a CSIDriver to the classes it provisions for:
+// whether it is registered decides if csi-clone counts as a smart clone.
+func (r *StorageProfileReconciler) classesOfCSIDriver(ctx context.Context, obj client.Object) []reconcile.Request {
+	return r.classesWithProvisioner(ctx, obj.GetName())
+}
+
+// classesWithProvisioner lists the StorageClasses of one provisioner as requests.
+func (r *StorageProfileReconciler) classesWithProvisioner(ctx context.Context, provisioner string) []reconcile.Request {
+	var classes storagev1.StorageClassList
+	if err := r.Client.List(ctx, &classes); err != nil {
+		log.FromContext(ctx).Error(err, "listing StorageClasses", "provisioner", provisioner)
+		return nil
+	}
+	var reqs []reconcile.Request
+	for _, sc := range classes.Items {
+		if sc.Provisioner == provisioner {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: sc.Name}})
+		}
+	}
+	return reqs
 }
 
 // classesOfDriver maps a VolumeSnapshotClass to the StorageClasses of its

@@ -14,6 +14,7 @@ import (
 	"github.com/go-logr/logr/testr"
 	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v6/apis/volumesnapshot/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -312,10 +313,17 @@ func TestStorageProfileLifecycle(t *testing.T) {
 	if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != controller.ReasonUnknownProvisioner || !strings.Contains(cond.Message, "spec.claimPropertySets") {
 		t.Errorf("Recognized = %+v, want False/UnknownProvisioner telling to set spec.claimPropertySets", cond)
 	}
-	labels, value, found := profileMetric(t, plain)
-	if !found || value != 1 || labels["complete"] != "false" || labels["virtdefault"] != "true" || labels["smartclone"] != "false" || labels["clone_strategy"] != "copy" || labels["provisioner"] != driver {
-		t.Errorf("kubevirt_cdi_storageprofile_info{storageclass=%s} = %v %v (found %v)", plain, labels, value, found)
+	// The series is set right after the status is written.
+	waitFor(t, 10*time.Second, "kubevirt_cdi_storageprofile_info for "+plain, func() bool {
+		_, _, found := profileMetric(t, plain)
+		return found
+	})
+	labels, value, _ := profileMetric(t, plain)
+	if value != 1 || labels["complete"] != "false" || labels["virtdefault"] != "true" || labels["default"] != "false" || labels["rwx"] != "false" ||
+		labels["smartclone"] != "false" || labels["degraded"] != "true" || labels["clone_strategy"] != "copy" || labels["provisioner"] != driver {
+		t.Errorf("kubevirt_cdi_storageprofile_info{storageclass=%s} = %v %v", plain, labels, value)
 	}
+	t.Logf("kubevirt_cdi_storageprofile_info%v %v", labels, value)
 
 	// 2. A VolumeSnapshotClass for the driver turns it to snapshot.
 	first := &snapshotv1.VolumeSnapshotClass{ObjectMeta: metav1.ObjectMeta{Name: "kf-sp-b-" + suffix}, Driver: driver, DeletionPolicy: snapshotv1.VolumeSnapshotContentDelete}
@@ -366,6 +374,17 @@ func TestStorageProfileLifecycle(t *testing.T) {
 		return ok && l["complete"] == "true" && l["rwx"] == "true" && l["clone_strategy"] == "csi-clone" && l["smartclone"] == "false"
 	})
 
+	// A registered CSIDriver makes csi-clone a smart clone.
+	csiDriver := &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: driver}}
+	if err := k8sClient.Create(ctx, csiDriver); err != nil {
+		t.Fatalf("creating CSIDriver: %v", err)
+	}
+	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), csiDriver) })
+	waitFor(t, 10*time.Second, "the metric to say smartclone for csi-clone with a CSIDriver", func() bool {
+		l, _, ok := profileMetric(t, plain)
+		return ok && l["smartclone"] == "true" && l["degraded"] == "false"
+	})
+
 	// 5. The clone-strategy annotation beats the snapshot class, and the
 	// local test driver's claim properties come from the table.
 	annotated := "kf-sp-annotated-" + suffix
@@ -384,6 +403,26 @@ func TestStorageProfileLifecycle(t *testing.T) {
 	if cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != controller.ReasonKnownProvisioner {
 		t.Errorf("Recognized = %+v, want True/KnownProvisioner", cond)
 	}
+	// A clone-strategy annotation that means nothing is ignored, with a
+	// Warning event on the profile.
+	bogus := "kf-sp-bogus-" + suffix
+	createStorageClass(t, bogus, driver, map[string]string{cdiv1.AnnCloneStrategy: "teleport"}, nil)
+	waitProfile(t, bogus, "to ignore a bad annotation", strategyIs(cdiv1.CloneStrategySnapshot))
+	waitFor(t, 10*time.Second, "a Warning event about the bad annotation", func() bool {
+		var list eventsv1.EventList
+		if err := k8sClient.List(ctx, &list, client.InNamespace(metav1.NamespaceDefault)); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range list.Items {
+			if e.Regarding.Kind == "StorageProfile" && e.Regarding.Name == bogus && e.Type == corev1.EventTypeWarning &&
+				e.Reason == "InvalidConfiguration" && strings.Contains(e.Note, "teleport") {
+				t.Logf("event: %s", e.Note)
+				return true
+			}
+		}
+		return false
+	})
+
 	ceph := "kf-sp-ceph-" + suffix
 	createStorageClass(t, ceph, "rook-ceph.rbd.csi.ceph.com", nil, map[string]string{"pool": "replicapool"})
 	p = waitProfile(t, ceph, "to get the rbd advice", func(p cdiv1.StorageProfile) bool { return len(p.Status.ClaimPropertySets) > 0 })
@@ -459,12 +498,12 @@ func TestStorageProfileLifecycle(t *testing.T) {
 
 	// Clean up: remove the remaining classes while the reconciler runs, so
 	// that their profiles go too.
-	for _, name := range []string{annotated, local, ceph, static} {
+	for _, name := range []string{annotated, local, ceph, static, bogus} {
 		if err := k8sClient.Delete(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, name := range []string{annotated, local, ceph, static} {
+	for _, name := range []string{annotated, local, ceph, static, bogus} {
 		waitFor(t, 20*time.Second, "profile "+name+" to go", func() bool {
 			_, ok := profileStatus(t, name)
 			return !ok
