@@ -248,6 +248,23 @@ func testThroughAggregator(t *testing.T, e *aggEnv) {
 		t.Fatalf("discovery through the aggregator: %v %+v", err, resources)
 	}
 
+	// kube-apiserver aggregates our OpenAPI v3 document (it refuses ones it cannot parse).
+	var v3path string
+	for start := time.Now(); ; time.Sleep(200 * time.Millisecond) {
+		raw, err := dc.RESTClient().Get().AbsPath("/openapi/v3").DoRaw(ctx)
+		if err == nil && strings.Contains(string(raw), `"apis/upload.cdi.kubevirt.io/v1beta1"`) {
+			v3path = "/openapi/v3/apis/upload.cdi.kubevirt.io/v1beta1"
+			break
+		}
+		if time.Since(start) > 60*time.Second {
+			t.Fatalf("kube-apiserver's /openapi/v3 does not list our group version: %v", err)
+		}
+	}
+	raw, err := dc.RESTClient().Get().AbsPath(v3path).DoRaw(ctx)
+	if err != nil || !strings.Contains(string(raw), "io.kubevirt.cdi.upload.v1beta1.UploadTokenRequest") {
+		t.Fatalf("aggregated OpenAPI v3 document: %v %.200s", err, raw)
+	}
+
 	ns := e.namespace(t, "agg-upload-")
 	if err := e.client.Create(ctx, newClaim(ns, "disk", map[string]string{cdiv1.AnnUploadRequest: ""})); err != nil {
 		t.Fatal(err)
