@@ -179,7 +179,13 @@ func (m *DataVolumeMutator) Admit(ctx context.Context, req *admissionv1.Admissio
 	if dv.Namespace == "" {
 		dv.Namespace = req.Namespace
 	}
+	if dv.DeletionTimestamp != nil {
+		return allowed()
+	}
 	targetName := dv.Name
+	if targetName == "" {
+		targetName = req.Name
+	}
 	if targetName == "" {
 		// generateName: the name is not known yet, and a token must name its target.
 		if dv.Spec.Source != nil && (dv.Spec.Source.PVC != nil || dv.Spec.Source.Snapshot != nil) || dv.Spec.SourceRef != nil {
