@@ -336,3 +336,27 @@ func TestValidateChecksum(t *testing.T) {
 		}
 	}
 }
+
+// Paths of the mutating webhook that need no API calls.
+func TestDataVolumeMutatorWithoutClone(t *testing.T) {
+	m := &DataVolumeMutator{}
+	plain := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "d"}, Spec: baseSpec(cdiv1.DataVolumeSource{Blank: &cdiv1.DataVolumeBlankImage{}})}
+	if r := m.Admit(context.Background(), review("DataVolume", admissionv1.Create, plain, nil)); !r.Allowed || r.Patch != nil {
+		t.Fatalf("non-clone: %+v", r)
+	}
+	stray := plain.DeepCopy()
+	stray.Annotations = map[string]string{cdiv1.AnnCloneToken: "copied-from-elsewhere"}
+	r := m.Admit(context.Background(), review("DataVolume", admissionv1.Create, stray, nil))
+	if !r.Allowed || string(r.Patch) != `[{"op":"remove","path":"/metadata/annotations/cdi.kubevirt.io~1storage.clone.token"}]` {
+		t.Fatalf("stray token on a non-clone: %+v %s", r, r.Patch)
+	}
+	gen := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "team", GenerateName: "clone-"}, Spec: baseSpec(cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "src", Name: "p"}})}
+	req := review("DataVolume", admissionv1.Create, gen, nil)
+	req.Name = ""
+	if r := m.Admit(context.Background(), req); r.Allowed || !strings.Contains(r.Result.Message, "generateName") {
+		t.Fatalf("generateName clone: %+v", r.Result)
+	}
+	if r := m.Admit(context.Background(), review("DataVolume", admissionv1.Update, plain, plain)); !r.Allowed || r.Patch != nil {
+		t.Fatalf("update: %+v", r)
+	}
+}
