@@ -18,7 +18,7 @@ func newControllerCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "controller",
 		Short:   "Run the Kubefill controllers",
-		Long:    "Runs the controller manager: the DataVolume controller and the import populator.",
+		Long:    "Runs the controller manager: the DataVolume, StorageProfile and CDIConfig controllers and the import populator.",
 		Example: "  kubefill controller --kubeconfig ~/.kube/config --leader-elect=false",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -44,6 +44,7 @@ func newControllerCommand() *cobra.Command {
 	flags.StringVar(&opts.LeaderElectionNS, "leader-election-namespace", "", "namespace of the leader-election lease (default: the pod's namespace)")
 	flags.StringVar(&opts.WorkerImage, "worker-image", "kubefill/kubefill:dev", "image holding the kubefill binary that importer pods run")
 	flags.StringVar((*string)(&opts.WorkerPullPolicy), "worker-pull-policy", string(corev1.PullIfNotPresent), "pull policy of the worker image")
+	flags.StringVar(&opts.UploadProxyURL, "uploadproxy-url", "", "user-facing upload proxy URL published in CDIConfig status (spec.uploadProxyURLOverride wins)")
 	goFlags := flag.NewFlagSet("zap", flag.ContinueOnError)
 	zapOpts.BindFlags(goFlags)
 	flags.AddGoFlagSet(goFlags)

@@ -28,6 +28,8 @@ type ManagerOptions struct {
 	WorkerImage string
 	// WorkerPullPolicy is the worker image's pull policy.
 	WorkerPullPolicy corev1.PullPolicy
+	// UploadProxyURL is published in CDIConfig status unless the spec overrides it.
+	UploadProxyURL string
 	// SkipNameValidation lets tests run several managers in one process.
 	SkipNameValidation bool
 }
@@ -58,6 +60,14 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
 		if !errors.As(err, &already) {
 			return nil, fmt.Errorf("registering metrics: %w", err)
 		}
+	}
+	profiles := &StorageProfileReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("storageprofile-controller")}
+	if err := profiles.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("registering the StorageProfile controller: %w", err)
+	}
+	configs := &CDIConfigReconciler{Client: mgr.GetClient(), UploadProxyURL: opts.UploadProxyURL, Recorder: mgr.GetEventRecorder("cdiconfig-controller")}
+	if err := configs.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("registering the CDIConfig controller: %w", err)
 	}
 	dataVolumes := &DataVolumeReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("datavolume-controller")}
 	if err := dataVolumes.SetupWithManager(mgr); err != nil {

@@ -41,8 +41,8 @@ func startControllers(t *testing.T) {
 	})
 }
 
-// csiClass creates a CSI StorageClass and its StorageProfile's status, as
-// the StorageProfile controller would fill it.
+// csiClass creates a CSI StorageClass and its StorageProfile with the given
+// claim property sets.
 func csiClass(t *testing.T, name, provisioner string, mode storagev1.VolumeBindingMode, sets ...cdiv1.ClaimPropertySet) {
 	t.Helper()
 	ctx := context.Background()
@@ -51,15 +51,13 @@ func csiClass(t *testing.T, name, provisioner string, mode storagev1.VolumeBindi
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), sc) })
-	profile := &cdiv1.StorageProfile{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	// The StorageProfile controller makes the profile; the sets go in its spec,
+	// as an administrator would give them for a driver it does not know.
+	profile := &cdiv1.StorageProfile{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: cdiv1.StorageProfileSpec{ClaimPropertySets: sets}}
 	if err := k8sClient.Create(ctx, profile); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), profile) })
-	profile.Status = cdiv1.StorageProfileStatus{StorageClass: &name, Provisioner: &provisioner, ClaimPropertySets: sets}
-	if err := k8sClient.Status().Update(ctx, profile); err != nil {
-		t.Fatal(err)
-	}
 }
 
 func envValue(c corev1.Container, name string) string {
