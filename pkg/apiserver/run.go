@@ -33,6 +33,8 @@ type RunOptions struct {
 	TokenLeeway       time.Duration
 	DisableWebhooks   bool
 	AuthConfigTimeout time.Duration
+	// SigningKeyMaxAge > 0 rotates the signing key once it is that old.
+	SigningKeyMaxAge time.Duration
 }
 
 // NewScheme knows the core types and Kubefill's API.
@@ -86,7 +88,14 @@ func Run(ctx context.Context, restCfg *rest.Config, opts RunOptions) error {
 	}
 	log.Info("token signing key loaded", "secret", opts.InstallNamespace+"/"+opts.SigningKeySecret, "kid", token.KeyID(keys.Current))
 	// After a rotation the previous key stays trusted for the longest token lifetime plus the leeway.
-	ks := token.NewSecretKeySource(cl, opts.InstallNamespace, opts.SigningKeySecret, keys, max(opts.UploadTokenTTL, opts.CloneTokenTTL)+opts.TokenLeeway)
+	window := max(opts.UploadTokenTTL, opts.CloneTokenTTL) + opts.TokenLeeway
+	ks := token.NewSecretKeySource(cl, opts.InstallNamespace, opts.SigningKeySecret, keys, window)
+	if opts.SigningKeyMaxAge > 0 {
+		if opts.SigningKeyMaxAge <= window {
+			return fmt.Errorf("signing key max age %s must be longer than the trust window of a rotated-out key (%s)", opts.SigningKeyMaxAge, window)
+		}
+		go rotateSigningKeyPeriodically(ctx, cl, opts.InstallNamespace, opts.SigningKeySecret, opts.SigningKeyMaxAge, window)
+	}
 
 	webhooks := map[string]http.Handler{}
 	if !opts.DisableWebhooks {
@@ -121,4 +130,21 @@ func orDuration(d, def time.Duration) time.Duration {
 		return def
 	}
 	return d
+}
+
+func rotateSigningKeyPeriodically(ctx context.Context, c client.Client, namespace, name string, maxAge, window time.Duration) {
+	log := logf.FromContext(ctx).WithName("signing-key")
+	every := min(max(maxAge/4, time.Second), 10*time.Minute)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if _, err := token.RotateIfOlder(ctx, c, namespace, name, maxAge, window); err != nil && ctx.Err() == nil {
+			log.Error(err, "rotating the token signing key; will retry", "in", every)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }

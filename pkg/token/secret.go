@@ -94,6 +94,38 @@ func RotateSigningKey(ctx context.Context, c client.Client, namespace, name stri
 	return out, nil
 }
 
+// RotateIfOlder rotates the key in namespace/name when the current key is at
+// least maxAge old (counted from the last rotation, or from the Secret's
+// creation). It reports whether it rotated. Replicas may all call it: the
+// first rotation wins and the others find the key fresh, or get
+// ErrRotationTooSoon inside the window, which is not an error here.
+func RotateIfOlder(ctx context.Context, c client.Client, namespace, name string, maxAge, window time.Duration) (bool, error) {
+	var s corev1.Secret
+	if err := c.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &s); err != nil {
+		return false, fmt.Errorf("reading signing key secret %s/%s: %w", namespace, name, err)
+	}
+	ks, err := KeySetFromSecret(&s, false)
+	if err != nil {
+		return false, err
+	}
+	born := s.CreationTimestamp.Time
+	if !ks.RotatedAt.IsZero() {
+		born = ks.RotatedAt
+	}
+	if time.Since(born) < maxAge {
+		return false, nil
+	}
+	rotated, err := RotateSigningKey(ctx, c, namespace, name, window, false)
+	if errors.Is(err, ErrRotationTooSoon) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	logf.FromContext(ctx).Info("rotated token signing key", "secret", namespace+"/"+name, "kid", KeyID(rotated.Current), "previousKid", KeyID(rotated.Previous))
+	return true, nil
+}
+
 // SecretKeySource keeps the signing keys of one Secret in memory and re-reads
 // them at most every refresh, so that a rotation done by another replica is
 // picked up. It supplies both a Generator's and a Validator's key functions.

@@ -133,3 +133,59 @@ func TestTokenSigningKeyRotation(t *testing.T) {
 		t.Fatalf("old token after the window: %v", err)
 	}
 }
+
+// Periodic rotation from several replicas at once rotates exactly once per
+// window: the guard against dropping a still-trusted key serialises them.
+func TestTokenSigningKeyRotateIfOlderFromReplicas(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := context.Background()
+	name := token.DefaultSigningKeySecretName
+	first, err := token.EnsureSigningKeySecret(ctx, k8sClient, ns, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	window := 5*time.Minute + 10*time.Second
+	if rotated, err := token.RotateIfOlder(ctx, k8sClient, ns, name, time.Hour, window); err != nil || rotated {
+		t.Fatalf("a fresh key was rotated: %v %v", rotated, err)
+	}
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		rotated int
+		errs    []error
+	)
+	start := make(chan struct{})
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			ok, err := token.RotateIfOlder(ctx, k8sClient, ns, name, time.Nanosecond, window)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+			}
+			if ok {
+				rotated++
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if len(errs) > 0 || rotated != 1 {
+		t.Fatalf("4 replicas: %d rotations, errors %v; want exactly 1", rotated, errs)
+	}
+	var s corev1.Secret
+	if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &s); err != nil {
+		t.Fatal(err)
+	}
+	ks, err := token.KeySetFromSecret(&s, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ks.Previous.Equal(first.Current) || ks.Current.Equal(first.Current) {
+		t.Fatal("the Secret does not hold the old key as previous and a new current key")
+	}
+	t.Logf("4 concurrent replicas: 1 rotation, kid %s -> %s", token.KeyID(first.Current), token.KeyID(ks.Current))
+}
