@@ -87,6 +87,9 @@ func runWithControlPlane(m *testing.M) int {
 		CRDDirectoryPaths:     []string{filepath.Join(repoRoot(), "manifests", "crd")},
 		ErrorIfCRDPathMissing: true,
 		Scheme:                scheme,
+		// A loaded 2-core machine can take longer than envtest's 20 s default.
+		ControlPlaneStartTimeout: 2 * time.Minute,
+		ControlPlaneStopTimeout:  time.Minute,
 	}
 	started := time.Now()
 	cfg, err = testEnv.Start()
