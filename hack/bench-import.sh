@@ -180,22 +180,22 @@ rm -f "$W/out/"*
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b <= 0) b = 0.001; printf "%.2f", a / b }'; }
 mib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
-for k in "${!T[@]}"; do :; done
 med() { median "${T[$1]}"; }
 
 echo
 echo "kubefill import benchmark: 2 GiB virtual, 1 GiB data, loopback HTTP, median of $RUNS runs (seconds)"
-printf '  %-44s %8s\n' \
-	"qemu-img convert, local qcow2" "$(med q_local)" \
-	"curl + qemu-img convert, qcow2" "$(med q_curl)" \
-	"kubefill importer, qcow2 over HTTP" "$(med q_import)" \
-	"qemu-img convert, local zlib qcow2" "$(med z_local)" \
-	"curl + qemu-img convert, zlib qcow2" "$(med z_curl)" \
-	"kubefill importer, zlib qcow2 over HTTP" "$(med z_import)" \
-	"cp --sparse=always, raw" "$(med cp)" \
-	"kubefill importer, raw over HTTP" "$(med raw_import)" \
-	"kubefill importer, raw.gz over HTTP" "$(med gz_import)" \
-	"kubefill importer, 20 GiB-virtual qcow2" "$(med big_import)"
+line() { printf '  %-42s %7s   (runs: %s)\n' "$1" "$(med "$2")" "${T[$2]% }"; }
+line "qemu-img convert, local qcow2" q_local
+line "curl + qemu-img convert, qcow2" q_curl
+line "kubefill importer, qcow2 over HTTP" q_import
+line "qemu-img convert, local zlib qcow2" z_local
+line "curl + qemu-img convert, zlib qcow2" z_curl
+line "kubefill importer, zlib qcow2 over HTTP" z_import
+line "cp --sparse=always, raw" cp
+line "kubefill importer, raw over HTTP" raw_import
+line "kubefill importer, raw.gz over HTTP" gz_import
+line "kubefill importer, 20 GiB-virtual qcow2" big_import
+echo "  (the importer fsyncs before it reports success; qemu-img, curl and cp do not)"
 echo
 echo "1. throughput vs local qemu-img convert (goal >= 0.9x):  qcow2 $(ratio "$(med q_local)" "$(med q_import)")x   zlib qcow2 $(ratio "$(med z_local)" "$(med z_import)")x"
 echo "2. throughput vs curl + qemu-img convert (goal >= 1.5x): qcow2 $(ratio "$(med q_curl)" "$(med q_import)")x   zlib qcow2 $(ratio "$(med z_curl)" "$(med z_import)")x"
