@@ -53,7 +53,14 @@ func startProcess(dir, name string, detach bool, env []string, bin string, args 
 	rec.StartTime, _ = processStartTime(rec.PID)
 	// Reap the child when it exits so that it does not linger as a zombie
 	// (a zombie still "exists" for kill(pid, 0)).
-	go func() { _ = cmd.Wait() }()
+	go func() {
+		err := cmd.Wait()
+		// Say how it ended, for the error messages that quote the log.
+		if f, ferr := os.OpenFile(logFile, os.O_WRONLY|os.O_APPEND, 0); ferr == nil {
+			fmt.Fprintf(f, "[harness] %s exited: %v\n", name, describeExit(err))
+			f.Close()
+		}
+	}()
 	return rec, nil
 }
 
@@ -136,4 +143,15 @@ func logTail(file string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-var errExited = errors.New("process exited")
+func describeExit(err error) string {
+	if err == nil {
+		return "status 0"
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return "killed by " + ws.Signal().String()
+		}
+	}
+	return err.Error()
+}

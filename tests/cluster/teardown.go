@@ -84,6 +84,13 @@ func Teardown(dir string, removeDir bool) error {
 	if s.NetPrefix != "" {
 		errs = append(errs, removeNetwork(s.NetPrefix)...)
 	}
+	if s.PodSubnet != "" {
+		// The node agent's fence for the pod subnet (see nodeagent).
+		if out, err := exec.Command("ip", "route", "del", "unreachable", s.PodSubnet).CombinedOutput(); err != nil &&
+			!strings.Contains(string(out), "No such process") {
+			errs = append(errs, fmt.Errorf("ip route del unreachable %s: %v: %s", s.PodSubnet, err, strings.TrimSpace(string(out))))
+		}
+	}
 	if err := unmountUnder(dir); err != nil {
 		errs = append(errs, err)
 	}

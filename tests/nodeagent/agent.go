@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 )
 
@@ -95,6 +96,14 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	if err := pn.fence(); err != nil {
+		return err
+	}
+	defer func() {
+		if err := pn.unfence(); err != nil {
+			cfg.Logf("node agent: %v", err)
+		}
+	}()
 	conn, err := grpc.NewClient("unix://"+cfg.CSIEndpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return fmt.Errorf("CSI client: %w", err)
@@ -180,7 +189,13 @@ func (a *Agent) registerNode(ctx context.Context) (*corev1.Node, error) {
 	return created, nil
 }
 
+// updateNodeStatus posts the node's conditions, capacity and addresses,
+// retrying on conflicts with the node controllers' own writes.
 func (a *Agent) updateNodeStatus(ctx context.Context) error {
+	return retry.RetryOnConflict(retry.DefaultBackoff, func() error { return a.updateNodeStatusOnce(ctx) })
+}
+
+func (a *Agent) updateNodeStatusOnce(ctx context.Context) error {
 	node, err := a.client.CoreV1().Nodes().Get(ctx, a.cfg.NodeName, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("get node: %w", err)
@@ -222,6 +237,9 @@ func (a *Agent) updateNodeStatus(ctx context.Context) error {
 		},
 	}
 	if _, err := a.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		if apierrors.IsConflict(err) {
+			return err
+		}
 		return fmt.Errorf("update node status: %w", err)
 	}
 	return nil

@@ -56,6 +56,22 @@ func (n *podNetwork) names(uid string) string {
 	return n.prefix + id
 }
 
+// fence installs an unreachable route for the whole pod subnet, so that
+// traffic for an address no pod holds fails on the host instead of following
+// the default route off the machine. The pods' /32 routes are more specific.
+func (n *podNetwork) fence() error {
+	return ip("route", "replace", "unreachable", n.subnet.String())
+}
+
+// unfence removes that route.
+func (n *podNetwork) unfence() error {
+	err := ip("route", "del", "unreachable", n.subnet.String())
+	if err != nil && strings.Contains(err.Error(), "No such process") {
+		return nil
+	}
+	return err
+}
+
 func (n *podNetwork) allocate(owner string) (netip.Addr, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()

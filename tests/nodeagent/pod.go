@@ -511,7 +511,14 @@ func (c *container) prepare(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c.spec0 = &InitSpec{Argv: argv, Env: env, WorkingDir: c.spec.WorkingDir, Mounts: mounts}
+	hostname := pod.Name
+	if pod.Spec.Hostname != "" {
+		hostname = pod.Spec.Hostname
+	}
+	if len(hostname) > 63 {
+		hostname = hostname[:63]
+	}
+	c.spec0 = &InitSpec{Argv: argv, Env: env, WorkingDir: c.spec.WorkingDir, Mounts: mounts, Hostname: hostname}
 	return nil
 }
 
@@ -620,7 +627,10 @@ func (c *container) runOnce(ctx context.Context, restart int32) (int32, error) {
 	}
 	cmd := exec.Command("ip", "netns", "exec", ns, c.w.a.cfg.HelperBinary, "pod-init", "--spec", specFile)
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// Its own UTS namespace gives the container the pod's hostname, its own
+	// IPC namespace keeps it from the host's SysV objects.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL,
+		Cloneflags: syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC}
 	c.mu.Lock()
 	if c.stopping {
 		c.mu.Unlock()

@@ -27,6 +27,9 @@ type InitSpec struct {
 	Argv       []string `json:"argv"`
 	Env        []string `json:"env"`
 	WorkingDir string   `json:"workingDir,omitempty"`
+	// Hostname is set in the container's UTS namespace (the agent starts
+	// pod-init in a new one).
+	Hostname string `json:"hostname,omitempty"`
 }
 
 // InitMount is one bind mount into a container's root.
@@ -57,6 +60,11 @@ func RunPodInit(specFile string) error {
 	var spec InitSpec
 	if err := json.Unmarshal(data, &spec); err != nil {
 		return fmt.Errorf("parse spec: %w", err)
+	}
+	if spec.Hostname != "" {
+		if err := syscall.Sethostname([]byte(spec.Hostname)); err != nil {
+			return fmt.Errorf("set hostname: %w", err)
+		}
 	}
 	if err := buildRoot(&spec); err != nil {
 		return err
