@@ -241,25 +241,60 @@ func (w *SeqWriter) Write(p []byte) (int, error) {
 // Offset returns the number of bytes written through w (holes included).
 func (w *SeqWriter) Offset() int64 { return w.off }
 
-// ReadFrom copies r in large chunks so that zero detection sees whole blocks.
+// ReadFrom copies r in large chunks so that zero detection sees whole
+// blocks. Reading and writing overlap: a goroutine fills a few 1 MiB
+// buffers while the caller's goroutine writes them.
 func (w *SeqWriter) ReadFrom(r io.Reader) (int64, error) {
-	buf := make([]byte, 1<<20)
-	var total int64
-	for {
-		n, err := io.ReadFull(r, buf)
-		if n > 0 {
-			if _, werr := w.Write(buf[:n]); werr != nil {
-				return total, werr
+	const nbuf = 4
+	type chunk struct {
+		b   []byte
+		n   int
+		err error
+	}
+	free := make(chan []byte, nbuf)
+	for range nbuf {
+		free <- make([]byte, 1<<20)
+	}
+	full := make(chan chunk, nbuf)
+	stop := make(chan struct{})
+	go func() {
+		defer close(full)
+		for {
+			var buf []byte
+			select {
+			case buf = <-free:
+			case <-stop:
+				return
 			}
-			total += int64(n)
+			n, err := io.ReadFull(r, buf)
+			if err == io.ErrUnexpectedEOF {
+				err = io.EOF
+			}
+			full <- chunk{buf, n, err}
+			if err != nil {
+				return
+			}
 		}
-		if err == io.EOF || err == io.ErrUnexpectedEOF {
-			return total, nil
+	}()
+	var total int64
+	var werr error
+	for c := range full {
+		if c.n > 0 && werr == nil {
+			if _, err := w.Write(c.b[:c.n]); err != nil {
+				werr = err
+				close(stop)
+			} else {
+				total += int64(c.n)
+			}
 		}
-		if err != nil {
-			return total, err
+		if werr == nil && c.err != nil && c.err != io.EOF {
+			werr = c.err
+		}
+		if werr == nil {
+			free <- c.b
 		}
 	}
+	return total, werr
 }
 
 // Resize sets a file's length to size (growing it sparsely). It refuses to

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http/httpproxy"
@@ -39,6 +40,9 @@ type HTTPConfig struct {
 	Backoff, MaxBackoff time.Duration
 	// Timeout bounds connection setup and waiting for response headers.
 	Timeout time.Duration
+	// IdleTimeout closes a connection on which no body bytes arrived for
+	// that long; the download then resumes with a Range request. Default 60s.
+	IdleTimeout time.Duration
 }
 
 // HTTP is an HTTP(S) source that resumes dropped downloads with Range
@@ -77,6 +81,9 @@ func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 60 * time.Second
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = 60 * time.Second
 	}
 	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: cfg.InsecureSkipVerify} //nolint:gosec // explicit user opt-in
 	pool, err := x509.SystemCertPool()
@@ -210,6 +217,9 @@ type resumable struct {
 	pos, end int64
 	failures int
 	lastErr  error
+	idle     *time.Timer
+	reading  atomic.Pointer[io.ReadCloser] // body being read, for the idle timer
+	stalled  atomic.Bool
 }
 
 func (r *resumable) backoff() error {
@@ -352,7 +362,7 @@ func (r *resumable) Read(p []byte) (int, error) {
 				return 0, fmt.Errorf("resuming at byte %d after %v: %w", r.pos, r.lastErr, err)
 			}
 		}
-		n, err := r.body.Read(p)
+		n, err := r.readBody(p)
 		r.pos += int64(n)
 		if n > 0 {
 			r.failures = 0
@@ -389,8 +399,35 @@ func (r *resumable) Read(p []byte) (int, error) {
 	}
 }
 
+// readBody reads from the current body; a read that sees no data for
+// IdleTimeout closes the body, which fails the read so Read resumes.
+func (r *resumable) readBody(p []byte) (int, error) {
+	body := r.body
+	r.reading.Store(&body)
+	if r.idle == nil {
+		r.idle = time.AfterFunc(r.h.cfg.IdleTimeout, func() {
+			if b := r.reading.Load(); b != nil && *b != nil {
+				r.stalled.Store(true)
+				(*b).Close()
+			}
+		})
+	} else {
+		r.idle.Reset(r.h.cfg.IdleTimeout)
+	}
+	n, err := r.body.Read(p)
+	r.idle.Stop()
+	r.reading.Store(nil)
+	if r.stalled.Swap(false) {
+		return n, fmt.Errorf("no data for %s: %w", r.h.cfg.IdleTimeout, io.ErrUnexpectedEOF)
+	}
+	return n, err
+}
+
 // Close implements io.Closer.
 func (r *resumable) Close() error {
+	if r.idle != nil {
+		r.idle.Stop()
+	}
 	if r.body != nil {
 		return r.body.Close()
 	}

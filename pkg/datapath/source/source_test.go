@@ -7,7 +7,9 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -136,5 +138,40 @@ func TestServerErrorsRetriedThenClear(t *testing.T) {
 	_, err := h.Open(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "404") || calls != 3 {
 		t.Fatalf("err %v after %d calls", err, calls)
+	}
+}
+
+// A server that stops sending mid-body (without closing) is detected by
+// the idle timeout and the download resumes with a Range request.
+func TestStalledDownloadResumes(t *testing.T) {
+	body := []byte(strings.Repeat("abcdefghij", 100000))
+	p := filepath.Join(t.TempDir(), "disk.img")
+	os.WriteFile(p, body, 0o600)
+	var first atomic.Bool
+	first.Store(true)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Range") == "" && first.Swap(false) {
+			w.Header().Set("Accept-Ranges", "bytes")
+			w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+			w.Write(body[:300000])
+			w.(http.Flusher).Flush()
+			<-r.Context().Done() // stall until the client gives up
+			return
+		}
+		http.ServeFile(w, r, p)
+	}))
+	defer srv.Close()
+	h, err := NewHTTP(HTTPConfig{URL: srv.URL + "/disk.img", IdleTimeout: 200 * time.Millisecond, Backoff: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := h.Open(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	got, err := io.ReadAll(rc)
+	if err != nil || string(got) != string(body) {
+		t.Fatalf("read %d bytes, err %v", len(got), err)
 	}
 }
