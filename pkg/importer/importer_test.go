@@ -8,8 +8,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr/testr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -257,4 +259,58 @@ func TestRunEndToEnd(t *testing.T) {
 	if st, _ := os.Stat(p.DataPath); st.Size() != UsableSize(1<<30, 0, 0.06) {
 		t.Fatalf("blank size %d", st.Size())
 	}
+}
+
+// The progress metric rises while an import runs and is served over TLS.
+func TestRunServesProgress(t *testing.T) {
+	testimg.RequireQemuImg(t)
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, 8<<20)
+	testimg.Convert(t, raw, "raw", filepath.Join(dir, "disk.qcow2"), "qcow2")
+	srv := testimg.NewServer(t, dir, false)
+	srv.Delay = 40 * time.Millisecond // ~6 MB of data in ~1 s
+	vol := t.TempDir()
+	p := Paths{DataPath: filepath.Join(vol, "disk.img"), BlockPath: filepath.Join(vol, "none"), ScratchDir: filepath.Join(vol, "none"),
+		TerminationLog: filepath.Join(vol, "termination-log"), MetricsAddr: "127.0.0.1:0"}
+	seen := make(chan []float64, 1)
+	p.OnMetrics = func(addr string) {
+		go func() {
+			client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // self-signed
+			var vals []float64
+			for range 100 {
+				resp, err := client.Get("https://" + addr + "/metrics")
+				if err != nil {
+					break // the importer finished and closed the server
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				for _, l := range strings.Split(string(b), "\n") {
+					if v, ok := strings.CutPrefix(l, `kubevirt_cdi_import_progress_total{ownerUID="owner-7"} `); ok {
+						f, _ := strconv.ParseFloat(v, 64)
+						vals = append(vals, f)
+					}
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			seen <- vals
+		}()
+	}
+	m, err := runJob(t, map[string]string{EnvEndpoint: srv.FileURL("disk.qcow2"), EnvImageSize: "64Mi", EnvOwnerUID: "owner-7"}, p)
+	if err != nil || m.Outcome != OutcomeSucceeded {
+		t.Fatalf("%v %+v", err, m)
+	}
+	vals := <-seen
+	mid := 0
+	for i, v := range vals {
+		if i > 0 && v < vals[i-1] {
+			t.Fatalf("progress went down: %v", vals)
+		}
+		if v > 0 && v < 100 {
+			mid++
+		}
+	}
+	if mid == 0 {
+		t.Fatalf("no intermediate progress seen: %v", vals)
+	}
+	t.Logf("progress samples: %v", vals)
 }

@@ -29,6 +29,8 @@ type Paths struct {
 	// MetricsAddr is where /metrics is served over TLS; empty disables it.
 	MetricsAddr             string
 	MetricsCert, MetricsKey string
+	// OnMetrics, if set, is told the metrics address once it listens.
+	OnMetrics func(addr string)
 }
 
 // DefaultPaths returns CDI's paths and port 8443 for metrics.
@@ -87,6 +89,9 @@ func Run(ctx context.Context, cfg *Config, p Paths, log logr.Logger) error {
 		} else {
 			defer ms.Close()
 			log.Info("serving metrics over TLS", "addr", ms.Addr())
+			if p.OnMetrics != nil {
+				p.OnMetrics(ms.Addr())
+			}
 		}
 	}
 	start := time.Now()

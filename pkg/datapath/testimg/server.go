@@ -30,6 +30,8 @@ type Server struct {
 	// User/Pass require basic auth; Header/Value require a request header.
 	User, Pass    string
 	Header, Value string
+	// Delay pauses after every 256 KiB of body sent (a slow link).
+	Delay         time.Duration
 	Requests      atomic.Int64
 	RangeRequests atomic.Int64
 	mu            sync.Mutex
@@ -96,7 +98,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("ETag", `"`+strconv.FormatInt(st.Size(), 10)+`"`)
-	http.ServeContent(w, r, st.Name(), time.Unix(1700000000, 0), f)
+	var out http.ResponseWriter = w
+	if s.Delay > 0 {
+		out = &slowWriter{ResponseWriter: w, delay: s.Delay}
+	}
+	http.ServeContent(out, r, st.Name(), time.Unix(1700000000, 0), f)
 }
 
 func (s *Server) copy(w http.ResponseWriter, f io.Reader) {
@@ -142,4 +148,31 @@ func (d *dropWriter) Write(p []byte) (int, error) {
 		return n, net.ErrClosed
 	}
 	return n, err
+}
+
+type slowWriter struct {
+	http.ResponseWriter
+	delay time.Duration
+	sent  int
+}
+
+func (s *slowWriter) Write(p []byte) (int, error) {
+	var total int
+	for len(p) > 0 {
+		n := min(len(p), 256<<10-s.sent%(256<<10))
+		k, err := s.ResponseWriter.Write(p[:n])
+		total += k
+		s.sent += k
+		if err != nil {
+			return total, err
+		}
+		p = p[n:]
+		if s.sent%(256<<10) == 0 {
+			if f, ok := s.ResponseWriter.(http.Flusher); ok {
+				f.Flush()
+			}
+			time.Sleep(s.delay)
+		}
+	}
+	return total, nil
 }
