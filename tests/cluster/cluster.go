@@ -202,6 +202,14 @@ func (c *Cluster) start(ctx context.Context) error {
 	return nil
 }
 
+// State returns a copy of what the cluster recorded about itself (for
+// checking, after Stop, that nothing is left: see State.Leftovers).
+func (c *Cluster) State() State {
+	s := *c.state
+	s.Processes = append([]procRecord(nil), c.state.Processes...)
+	return s
+}
+
 // Stop tears everything down. It is safe to call more than once.
 func (c *Cluster) Stop() error {
 	c.stopMu.Lock()

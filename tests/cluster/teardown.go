@@ -327,3 +327,45 @@ func (s *State) Running() bool {
 	}
 	return false
 }
+
+// Leftovers lists what the cluster made that still exists: processes,
+// network namespaces, links, mounts below its directory, the pod subnet's
+// fence route and lease, and the directory. After Stop it should be empty.
+func (s *State) Leftovers() []string {
+	var out []string
+	for _, p := range s.Processes {
+		if p.alive() {
+			out = append(out, fmt.Sprintf("process %s (pid %d)", p.Name, p.PID))
+		}
+	}
+	if s.NetPrefix != "" {
+		namespaces, _ := listNetns()
+		for _, ns := range namespaces {
+			if strings.HasPrefix(ns, s.NetPrefix) {
+				out = append(out, "network namespace "+ns)
+			}
+		}
+		links, _ := listLinks()
+		for _, l := range links {
+			if strings.HasPrefix(l, s.NetPrefix) {
+				out = append(out, "link "+l)
+			}
+		}
+	}
+	if mounts, err := mountsUnder(s.Dir); err == nil {
+		for _, m := range mounts {
+			out = append(out, "mount "+m)
+		}
+	}
+	if s.PodSubnet != "" {
+		if b, err := exec.Command("ip", "route", "show", "type", "unreachable", s.PodSubnet).Output(); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+			out = append(out, "route unreachable "+s.PodSubnet)
+		}
+	}
+	if s.SubnetLock != "" {
+		if _, err := os.Stat(s.SubnetLock); err == nil {
+			out = append(out, "pod subnet lease "+s.SubnetLock)
+		}
+	}
+	return out
+}

@@ -59,11 +59,23 @@ func runMain(m *testing.M) int {
 
 	code := m.Run()
 	signal.Stop(sigs)
+	state := c.State()
+	stopStart := time.Now()
 	if err := c.Stop(); err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: stop local cluster: %v\n", err)
 		if code == 0 {
 			code = 1
 		}
+	}
+	// The harness must leave nothing behind: no process, mount, network
+	// namespace, veth or route.
+	if left := state.Leftovers(); len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "e2e: left behind after Stop: %v\n", left)
+		if code == 0 {
+			code = 1
+		}
+	} else {
+		fmt.Printf("e2e: cluster torn down in %s, nothing left behind\n", time.Since(stopStart).Round(time.Millisecond))
 	}
 	return code
 }

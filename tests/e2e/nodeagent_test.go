@@ -256,3 +256,36 @@ func TestPodNetworkAndReadiness(t *testing.T) {
 		t.Fatal("the deleted pod's address still answers")
 	}
 }
+
+// TestLivenessProbeRestarts: a container whose liveness probe fails is
+// killed and restarted, and the pod's status shows the restart and how the
+// killed run ended.
+func TestLivenessProbeRestarts(t *testing.T) {
+	ns := newNamespace(t)
+	createPod(t, ns, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "liveness"},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: ptr.To(int64(1)),
+			Containers: []corev1.Container{{
+				Name: "main", Image: shellImage,
+				// Healthy for a moment, then not; every run starts afresh.
+				Command: []string{"sh", "-c", "touch /tmp/alive; sleep 2; rm /tmp/alive; exec sleep 3600"},
+				LivenessProbe: &corev1.Probe{
+					ProbeHandler:     corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"test", "-e", "/tmp/alive"}}},
+					PeriodSeconds:    1,
+					FailureThreshold: 2,
+				},
+			}},
+		},
+	})
+	p := waitPod(t, ns, "liveness", time.Minute, "restarted by its liveness probe", func(p *corev1.Pod) bool {
+		return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].RestartCount >= 1
+	})
+	last := p.Status.ContainerStatuses[0].LastTerminationState.Terminated
+	if last == nil || last.ExitCode != 143 {
+		t.Fatalf("last termination = %+v, want SIGTERM's exit code 143", p.Status.ContainerStatuses[0].LastTerminationState)
+	}
+	if ev := eventsFor(ns, "liveness"); !strings.Contains(ev, "Liveness probe failed") {
+		t.Fatalf("no Unhealthy event for the liveness probe:\n%s", ev)
+	}
+}

@@ -651,7 +651,10 @@ func (c *container) runOnce(ctx context.Context, restart int32) (int32, error) {
 	c.w.event(corev1.EventTypeNormal, "Started", "Started container %s", c.spec.Name)
 	c.w.publishStatus(ctx)
 	if c.spec.ReadinessProbe != nil && !c.init {
-		go c.probeLoop(ctx, c.spec.ReadinessProbe, cmd.Process.Pid, probeStop)
+		go c.probeLoop(ctx, "Readiness", c.spec.ReadinessProbe, cmd.Process.Pid, probeStop)
+	}
+	if c.spec.LivenessProbe != nil && !c.init {
+		go c.probeLoop(ctx, "Liveness", c.spec.LivenessProbe, cmd.Process.Pid, probeStop)
 	}
 
 	werr := cmd.Wait()

@@ -7,23 +7,25 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
-// probeLoop runs a readiness probe on the kubelet's schedule (initial delay,
-// period, timeout, success and failure thresholds) and sets the container's
-// Ready flag.
-func (c *container) probeLoop(ctx context.Context, p *corev1.Probe, pid int, stop <-chan struct{}) {
+// probeLoop runs a probe on the kubelet's schedule (initial delay, period,
+// timeout, success and failure thresholds). A readiness probe sets the
+// container's Ready flag; a failed liveness probe kills the container, which
+// then restarts as its pod's restart policy says.
+func (c *container) probeLoop(ctx context.Context, kind string, p *corev1.Probe, pid int, stop <-chan struct{}) {
 	period := secondsOr(p.PeriodSeconds, 10)
 	timeout := secondsOr(p.TimeoutSeconds, 1)
 	successes, failures := int32(0), int32(0)
 	needSuccess := max(p.SuccessThreshold, 1)
-	needFailure := max(p.FailureThreshold, 3)
-	if p.FailureThreshold > 0 {
-		needFailure = p.FailureThreshold
+	needFailure := p.FailureThreshold
+	if needFailure <= 0 {
+		needFailure = 3
 	}
 	wait := time.Duration(p.InitialDelaySeconds) * time.Second
 	for {
@@ -36,28 +38,54 @@ func (c *container) probeLoop(ctx context.Context, p *corev1.Probe, pid int, sto
 		}
 		wait = period
 		err := c.probeOnce(ctx, p, pid, timeout)
-		c.mu.Lock()
-		was := c.ready
 		if err == nil {
 			successes, failures = successes+1, 0
-			if successes >= needSuccess {
-				c.ready = true
-			}
 		} else {
 			successes, failures = 0, failures+1
-			if failures >= needFailure {
-				c.ready = false
+			if failures == 1 || failures == needFailure {
+				c.w.event(corev1.EventTypeWarning, "Unhealthy", "%s probe failed: %v", kind, err)
 			}
+		}
+		if kind == "Liveness" {
+			if failures >= needFailure {
+				c.w.event(corev1.EventTypeNormal, "Killing", "Container %s failed liveness probe, will be restarted", c.spec.Name)
+				c.terminate(pid)
+				return
+			}
+			continue
+		}
+		c.mu.Lock()
+		was := c.ready
+		if successes >= needSuccess {
+			c.ready = true
+		}
+		if failures >= needFailure {
+			c.ready = false
 		}
 		now := c.ready
 		c.mu.Unlock()
-		if err != nil && (was || failures == 1) {
-			c.w.event(corev1.EventTypeWarning, "Unhealthy", "Readiness probe failed: %v", err)
-		}
 		if was != now {
 			c.w.publishStatus(ctx)
 		}
 	}
+}
+
+// terminate stops one run of the container: SIGTERM to its process group,
+// SIGKILL after the pod's termination grace period.
+func (c *container) terminate(pid int) {
+	grace := 30 * time.Second
+	if g := c.w.current().Spec.TerminationGracePeriodSeconds; g != nil {
+		grace = time.Duration(*g) * time.Second
+	}
+	_ = syscall.Kill(-pid, syscall.SIGTERM)
+	deadline := time.Now().Add(grace)
+	for time.Now().Before(deadline) {
+		if syscall.Kill(pid, 0) != nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
 }
 
 func secondsOr(v int32, def int32) time.Duration {
