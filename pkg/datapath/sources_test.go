@@ -214,3 +214,40 @@ func tarDir(t *testing.T, dir, out string) {
 		t.Fatal(err)
 	}
 }
+
+// A multi-arch index: the importer takes the disk of the requested platform.
+func TestRegistryPlatformSelection(t *testing.T) {
+	f := setup(t)
+	reg := httptest.NewServer(registry.New())
+	defer reg.Close()
+	u, _ := url.Parse(reg.URL)
+	arm := filepath.Join(t.TempDir(), "arm.raw")
+	os.WriteFile(arm, bytes.Repeat([]byte("arm64 disk "), 10000), 0o600)
+	amdImg := diskImage(t, filepath.Join(f.dir, "disk.raw.gz"), "disk.img.gz")
+	armImg := diskImage(t, arm, "disk.img")
+	idx := mutate.AppendManifests(empty.Index,
+		mutate.IndexAddendum{Add: amdImg, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
+		mutate.IndexAddendum{Add: armImg, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64"}}},
+	)
+	ref, _ := name.ParseReference(u.Host+"/vm/multi:v1", name.Insecure)
+	if err := remote.WriteIndex(ref, idx); err != nil {
+		t.Fatal(err)
+	}
+	for arch, want := range map[string]string{"amd64": f.rawSHA, "arm64": testimg.FileSHA256(t, arm)} {
+		src, err := source.NewRegistry(source.RegistryConfig{URL: "docker://" + ref.String(), Architecture: arch, InsecureSkipVerify: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := outPath(t)
+		if _, err := Import(context.Background(), src, Options{Path: out}); err != nil {
+			t.Fatalf("%s: %v", arch, err)
+		}
+		if got := testimg.FileSHA256(t, out); got != want {
+			t.Fatalf("%s: got the wrong platform's disk", arch)
+		}
+	}
+	src, _ := source.NewRegistry(source.RegistryConfig{URL: "docker://" + ref.String(), Architecture: "riscv64", InsecureSkipVerify: true})
+	if _, err := Import(context.Background(), src, Options{Path: outPath(t)}); err == nil || !strings.Contains(err.Error(), "failed to pull image") {
+		t.Fatalf("missing platform: %v", err)
+	}
+}
