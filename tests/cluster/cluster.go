@@ -175,19 +175,17 @@ func (c *Cluster) start(ctx context.Context) error {
 	c.testbin = testbin
 	logf("cluster: control-plane binaries in %s (%s)", testbin, time.Since(t0).Round(time.Millisecond))
 
+	// Our own binaries build (or are found up to date) while the control
+	// plane starts.
+	builds := make(chan error, 1)
+	go func() { builds <- c.buildBinaries() }()
+
 	if err := c.startControlPlane(ctx); err != nil {
+		<-builds
 		return err
 	}
-	if c.opts.Storage || c.opts.NodeAgent {
-		if c.opts.HelperBinary == "" {
-			t := time.Now()
-			bin, err := goBuild(c.repo, "./tests/cluster/cmd/kubefill-dev", "kubefill-dev")
-			if err != nil {
-				return err
-			}
-			c.opts.HelperBinary = bin
-			logf("cluster: helper binary %s (%s)", bin, time.Since(t).Round(time.Millisecond))
-		}
+	if err := <-builds; err != nil {
+		return err
 	}
 	if c.opts.Storage {
 		if err := c.startStorage(ctx); err != nil {
@@ -198,6 +196,37 @@ func (c *Cluster) start(ctx context.Context) error {
 		if err := c.startNodeAgent(ctx); err != nil {
 			return err
 		}
+	}
+	// Pods need their namespace's default service account, which
+	// kube-controller-manager makes; it has been starting all along.
+	if err := c.waitServiceAccount(ctx, "default", "default"); err != nil {
+		return err
+	}
+	return nil
+}
+
+// buildBinaries builds the helper binary and, for the node agent, the
+// kubefill binary that kubefill images run.
+func (c *Cluster) buildBinaries() error {
+	logf := c.opts.Logf
+	if (c.opts.Storage || c.opts.NodeAgent) && c.opts.HelperBinary == "" {
+		t := time.Now()
+		bin, err := goBuild(c.repo, "./tests/cluster/cmd/kubefill-dev", "kubefill-dev")
+		if err != nil {
+			return err
+		}
+		c.opts.HelperBinary = bin
+		logf("cluster: helper binary %s (%s)", bin, time.Since(t).Round(time.Millisecond))
+	}
+	if c.opts.NodeAgent {
+		t := time.Now()
+		bin, err := goBuild(c.repo, "./cmd/kubefill", "kubefill")
+		if err != nil {
+			logf("cluster: WARNING: kubefill images will not run: %v", err)
+			return nil
+		}
+		c.kubefillBin = bin
+		logf("cluster: kubefill binary %s (%s)", bin, time.Since(t).Round(time.Millisecond))
 	}
 	return nil
 }
@@ -452,10 +481,7 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 	); err != nil {
 		return err
 	}
-	if err := c.waitServiceAccount(ctx, "default", "default"); err != nil {
-		return err
-	}
-	logf("cluster: control plane ready (%s)", time.Since(t0).Round(time.Millisecond))
+	logf("cluster: control plane started (%s)", time.Since(t0).Round(time.Millisecond))
 	return nil
 }
 

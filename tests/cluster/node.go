@@ -83,12 +83,6 @@ func (c *Cluster) startNodeAgent(ctx context.Context) error {
 	if err := c.state.save(); err != nil {
 		return err
 	}
-	bin, err := goBuild(c.repo, "./cmd/kubefill", "kubefill")
-	if err != nil {
-		logf("cluster: WARNING: kubefill images will not run: %v", err)
-	} else {
-		c.kubefillBin = bin
-	}
 	kc, err := c.writeKubeconfig("node", "system:node:"+c.NodeName, "system:nodes")
 	if err != nil {
 		return err
