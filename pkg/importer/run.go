@@ -100,6 +100,10 @@ func Run(ctx context.Context, cfg *Config, p Paths, log logr.Logger) error {
 	if runErr != nil {
 		text := runErr.Error()
 		msg = TerminationMessage{Outcome: OutcomeFailed, Message: &text}
+		if Permanent(runErr) {
+			permanent := true
+			msg.Permanent = &permanent
+		}
 		if errors.Is(runErr, datapath.ErrScratchRequired) {
 			t := true
 			msg.ScratchSpaceRequired = &t

@@ -28,11 +28,15 @@ const maxTerminationMessage = 4096
 // log. The field names follow CDI's importer; Outcome is Kubefill's
 // explicit success marker (Succeeded only after the data is fsynced).
 type TerminationMessage struct {
-	Outcome              string            `json:"outcome"`
-	Message              *string           `json:"message,omitempty"`
-	PreallocationApplied *bool             `json:"preallocationApplied,omitempty"`
-	ScratchSpaceRequired *bool             `json:"scratchSpaceRequired,omitempty"`
-	Labels               map[string]string `json:"labels,omitempty"`
+	Outcome              string  `json:"outcome"`
+	Message              *string `json:"message,omitempty"`
+	PreallocationApplied *bool   `json:"preallocationApplied,omitempty"`
+	ScratchSpaceRequired *bool   `json:"scratchSpaceRequired,omitempty"`
+	// Permanent marks a failure that retrying cannot fix (bad checksum,
+	// hostile or oversized image, a 4xx from the server): the controller
+	// stops retrying and tells the user.
+	Permanent *bool             `json:"permanent,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
 }
 
 // Encode renders the message, shortening the text so the whole JSON fits

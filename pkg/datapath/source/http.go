@@ -198,6 +198,12 @@ type statusError struct {
 
 func (e *statusError) Error() string { return e.msg }
 
+// Permanent reports whether retrying cannot help: the server refused the
+// request itself (4xx), rather than being busy or timing out.
+func (e *statusError) Permanent() bool {
+	return e.code >= 400 && e.code < 500 && e.code != http.StatusRequestTimeout && e.code != http.StatusTooManyRequests
+}
+
 func describeStatus(u string, code int) error {
 	msg := fmt.Sprintf("GET %s: HTTP %d %s", u, code, http.StatusText(code))
 	switch code {
