@@ -648,6 +648,7 @@ func (c *container) runOnce(ctx context.Context, restart int32) (int32, error) {
 	c.probeStop = make(chan struct{})
 	probeStop := c.probeStop
 	c.mu.Unlock()
+	c.w.event(corev1.EventTypeNormal, "Created", "Created container: %s", c.spec.Name)
 	c.w.event(corev1.EventTypeNormal, "Started", "Started container %s", c.spec.Name)
 	c.w.publishStatus(ctx)
 	if c.spec.ReadinessProbe != nil && !c.init {
