@@ -22,6 +22,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -189,6 +191,10 @@ func Import(ctx context.Context, src source.Source, opt Options) (res *Result, e
 		if len(res.Wrappers) == 0 && opt.Size > 0 && src.Size() > opt.Size {
 			return nil, fmt.Errorf("%w: the source has %d bytes but only %d are usable", ErrTooBig, src.Size(), opt.Size)
 		}
+		if rg, ok := src.(source.Ranger); ok && len(res.Wrappers) == 0 && opt.Checksum == nil && rg.CanRange() && rg.Size() >= parallelRawMin {
+			rc.Close()
+			return importRawRanged(ctx, rg, opt, res)
+		}
 		tgt, err := openTarget(opt, false)
 		if err != nil {
 			return nil, err
@@ -298,6 +304,72 @@ func syncDir(dir string) error {
 	}
 	defer f.Close()
 	return f.Sync()
+}
+
+// parallelRawMin is the size from which a raw image on a Range-capable
+// source is fetched as several parallel ranges.
+var parallelRawMin int64 = 256 << 20
+
+// importRawRanged copies a raw image with a few parallel Range streams,
+// which keeps both the network and the disk busy. Without a checksum
+// there is no need to read the bytes in order.
+func importRawRanged(ctx context.Context, rg source.Ranger, opt Options, res *Result) (*Result, error) {
+	tgt, err := openTarget(opt, false)
+	if err != nil {
+		return nil, err
+	}
+	defer tgt.Close()
+	size := rg.Size()
+	streams := int64(2 * runtime.GOMAXPROCS(0))
+	seg := (size/streams + sink.BlockSize - 1) / sink.BlockSize * sink.BlockSize
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	var done atomic.Int64
+	for off := int64(0); off < size; off += seg {
+		n := min(seg, size-off)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := copyRange(ctx, rg, tgt, off, n, func(k int64) {
+				if d := done.Add(k); opt.Progress != nil {
+					opt.Progress(d, size)
+				}
+			}); err != nil {
+				cancel(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil {
+		return nil, fmt.Errorf("copying raw image from %s: %w", rg, err)
+	}
+	res.Method, res.VirtualSize = "stream-ranges", size
+	return finish(tgt, opt, res)
+}
+
+func copyRange(ctx context.Context, rg source.Ranger, tgt *sink.Target, off, n int64, progress func(int64)) error {
+	rc, err := rg.OpenRange(ctx, off, n)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	buf := make([]byte, 1<<20)
+	for n > 0 {
+		k, err := io.ReadFull(rc, buf[:min(int64(len(buf)), n)])
+		if k > 0 {
+			if _, werr := tgt.WriteAt(buf[:k], off); werr != nil {
+				return werr
+			}
+			off += int64(k)
+			n -= int64(k)
+			progress(int64(k))
+		}
+		if err != nil && n > 0 {
+			return fmt.Errorf("source ended early at byte %d: %w", off, err)
+		}
+	}
+	return nil
 }
 
 // maxPlanExtents bounds the qcow2 plan held in memory (32 bytes each):
