@@ -78,6 +78,7 @@ type Options struct {
 	// means none is available and such imports fail with ErrScratchRequired.
 	ScratchDir string
 	// Progress receives source bytes consumed and the total (-1 unknown).
+	// It is never called concurrently, and done never decreases.
 	Progress func(done, total int64)
 	Log      logr.Logger
 }
@@ -325,15 +326,19 @@ func importRawRanged(ctx context.Context, rg source.Ranger, opt Options, res *Re
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var wg sync.WaitGroup
-	var done atomic.Int64
+	var mu sync.Mutex // Progress is called by one goroutine at a time
+	var done int64
 	for off := int64(0); off < size; off += seg {
 		n := min(seg, size-off)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			if err := copyRange(ctx, rg, tgt, off, n, func(k int64) {
-				if d := done.Add(k); opt.Progress != nil {
-					opt.Progress(d, size)
+				mu.Lock()
+				defer mu.Unlock()
+				done += k
+				if opt.Progress != nil {
+					opt.Progress(done, size)
 				}
 			}); err != nil {
 				cancel(err)
