@@ -153,3 +153,14 @@ func FormatProgress(percent float64, done bool) string {
 	}
 	return fmt.Sprintf("%.2f%%", percent)
 }
+
+// HandedOver reports whether the prime's volume has started moving to the
+// target (or the prime is going away). From then on the flow only rebinds
+// and cleans up: it must never start a worker again, even when a stale cache
+// shows the worker gone.
+func HandedOver(target, prime *corev1.PersistentVolumeClaim) bool {
+	return prime.DeletionTimestamp != nil ||
+		prime.Status.Phase == corev1.ClaimLost ||
+		target.Spec.VolumeName != "" ||
+		target.Status.Phase == corev1.ClaimBound
+}

@@ -158,3 +158,28 @@ func TestFormatProgress(t *testing.T) {
 		}
 	}
 }
+
+func TestHandedOver(t *testing.T) {
+	now := metav1.Now()
+	fresh := func() (*corev1.PersistentVolumeClaim, *corev1.PersistentVolumeClaim) {
+		return claim(nil, nil), &corev1.PersistentVolumeClaim{Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound}}
+	}
+	cases := []struct {
+		name string
+		edit func(target, prime *corev1.PersistentVolumeClaim)
+		want bool
+	}{
+		{"filling", func(_, _ *corev1.PersistentVolumeClaim) {}, false},
+		{"prime being deleted", func(_, p *corev1.PersistentVolumeClaim) { p.DeletionTimestamp = &now }, true},
+		{"prime lost its volume", func(_, p *corev1.PersistentVolumeClaim) { p.Status.Phase = corev1.ClaimLost }, true},
+		{"target names the volume", func(tg, _ *corev1.PersistentVolumeClaim) { tg.Spec.VolumeName = "pv-1" }, true},
+		{"target bound", func(tg, _ *corev1.PersistentVolumeClaim) { tg.Status.Phase = corev1.ClaimBound }, true},
+	}
+	for _, c := range cases {
+		target, prime := fresh()
+		c.edit(target, prime)
+		if got := HandedOver(target, prime); got != c.want {
+			t.Errorf("%s: HandedOver = %v, want %v", c.name, got, c.want)
+		}
+	}
+}

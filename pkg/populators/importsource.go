@@ -200,8 +200,8 @@ func (k *ImportKind) Fill(ctx context.Context, target, prime *corev1.PersistentV
 	return state, nil
 }
 
-// Cleanup implements Kind: the importer pod goes with the prime, through its
-// owner reference, unless it is retained; then it is detached first.
+// Cleanup implements Kind: the importer pod is deleted, unless it is
+// retained; then it is detached from the target so that it outlives it.
 func (k *ImportKind) Cleanup(ctx context.Context, prime *corev1.PersistentVolumeClaim, retain bool) error {
 	c := k.Client
 	pod := &corev1.Pod{}
@@ -449,8 +449,11 @@ func (k *ImportKind) newPod(ctx context.Context, c client.Client, target, prime 
 				cdiv1.LabelAppManagedBy: "kubefill",
 			},
 			Annotations: map[string]string{annTargetName: target.Name},
+			// The target owns the pod, not the prime: the prime's pvc-protection
+			// finalizer waits for the pod, and a pod owned by the prime would wait
+			// for the prime, so deleting the target would never finish.
 			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: "v1", Kind: "PersistentVolumeClaim", Name: prime.Name, UID: prime.UID,
+				APIVersion: "v1", Kind: "PersistentVolumeClaim", Name: target.Name, UID: target.UID,
 				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
 			}},
 		},

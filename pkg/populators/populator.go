@@ -125,12 +125,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	primeExists := primeErr == nil
 
-	// Already filled: the prime's volume was handed over. Finish the cleanup.
-	if target.Annotations[cdiv1.AnnPopulatedFor] == target.Name || (target.Status.Phase == corev1.ClaimBound && !primeExists) {
-		if primeExists {
-			return r.finish(ctx, target, prime)
-		}
+	// Already filled, or the filled volume is on its way to the target: only
+	// the rebind and the cleanup are left.
+	if !primeExists && (target.Annotations[cdiv1.AnnPopulatedFor] == target.Name || target.Status.Phase == corev1.ClaimBound) {
 		return ctrl.Result{}, nil
+	}
+	if primeExists && HandedOver(target, prime) {
+		if prime.DeletionTimestamp != nil {
+			return ctrl.Result{}, nil // finish already ran
+		}
+		return r.rebind(ctx, target, prime)
 	}
 
 	if !primeExists {

@@ -311,7 +311,15 @@ func TestWrongChecksumFailsClearly(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("claims left a minute after deleting the DataVolume: %d (first %s)", len(claims.Items), claims.Items[0].Name)
+			p := claims.Items[0]
+			pods := &corev1.PodList{}
+			_ = c.List(context.Background(), pods, client.InNamespace(ns))
+			var podStates []string
+			for _, pod := range pods.Items {
+				podStates = append(podStates, fmt.Sprintf("%s %s deleting=%v", pod.Name, pod.Status.Phase, pod.DeletionTimestamp != nil))
+			}
+			t.Fatalf("claims left a minute after deleting the DataVolume: %s deleting=%v finalizers=%v owners=%v; pods: %v",
+				p.Name, p.DeletionTimestamp, p.Finalizers, p.OwnerReferences, podStates)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
@@ -337,7 +345,7 @@ func assertNoLeftovers(t *testing.T, c client.Client, ns string) {
 			}
 		}
 		for _, p := range pods.Items {
-			left = append(left, "pod "+p.Name)
+			left = append(left, fmt.Sprintf("pod %s (%s, deleting=%v, owners=%v)", p.Name, p.Status.Phase, p.DeletionTimestamp, p.OwnerReferences))
 		}
 		if len(left) == 0 {
 			return
