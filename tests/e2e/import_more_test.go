@@ -1,0 +1,352 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+	"github.com/kubefill/kubefill/pkg/controller"
+	"github.com/kubefill/kubefill/tests/cluster"
+)
+
+// throttledServer serves dir where pods can reach it, at about bytesPerSec,
+// so that an import lasts long enough to watch.
+func throttledServer(t *testing.T, dir string, bytesPerSec int) string {
+	t.Helper()
+	prefix, err := netip.ParsePrefix(cl.PodSubnet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := http.FileServer(http.Dir(dir))
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		files.ServeHTTP(&slowWriter{ResponseWriter: w, perTick: bytesPerSec / 20}, r)
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return fmt.Sprintf("http://%s:%d", prefix.Addr().Next(), ln.Addr().(*net.TCPAddr).Port)
+}
+
+// slowWriter lets perTick bytes through every 50 ms.
+type slowWriter struct {
+	http.ResponseWriter
+	perTick int
+}
+
+func (s *slowWriter) Write(p []byte) (int, error) {
+	written := 0
+	for len(p) > 0 {
+		n := min(len(p), s.perTick)
+		m, err := s.ResponseWriter.Write(p[:n])
+		written += m
+		if err != nil {
+			return written, err
+		}
+		p = p[n:]
+		time.Sleep(50 * time.Millisecond)
+	}
+	return written, nil
+}
+
+// rawImage writes a raw image of size bytes with data everywhere (so a
+// throttled transfer takes size/rate) and returns its name.
+func rawImage(t *testing.T, dir string, size int) string {
+	t.Helper()
+	buf := make([]byte, size)
+	for i := range buf {
+		buf[i] = byte(i*31 + i>>12)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "disk.raw"), buf, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return "disk.raw"
+}
+
+func httpDV(ns, name, url, class string) *cdiv1.DataVolume {
+	spec := filesystemClaim("128Mi")
+	spec.StorageClassName = ptr.To(class)
+	return &cdiv1.DataVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec:       cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: url}}, PVC: spec},
+	}
+}
+
+func runningCondition(dv *cdiv1.DataVolume) cdiv1.DataVolumeCondition {
+	for _, c := range dv.Status.Conditions {
+		if c.Type == cdiv1.DataVolumeRunning {
+			return c
+		}
+	}
+	return cdiv1.DataVolumeCondition{}
+}
+
+// TestDataVolumeWaitsForFirstConsumer: on a WaitForFirstConsumer class the DataVolume
+// waits in PendingPopulation until a pod wants the claim; then it is filled
+// on the chosen node and the consumer reads the image.
+func TestDataVolumeWaitsForFirstConsumer(t *testing.T) {
+	c := startKubefill(t)
+	ns := newNamespace(t)
+	dir := t.TempDir()
+	name, virtualSize, want := testImage(t, dir)
+	if err := c.Create(context.Background(), httpDV(ns, "wffc", imageServer(t, dir)+"/"+name, cluster.StorageClassWFFC)); err != nil {
+		t.Fatal(err)
+	}
+	dv, _ := waitDataVolume(t, c, ns, "wffc", time.Minute, func(dv *cdiv1.DataVolume) bool { return dv.Status.Phase == cdiv1.PendingPopulation })
+	time.Sleep(3 * time.Second) // nothing may start without a consumer
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(dv), dv); err != nil {
+		t.Fatal(err)
+	}
+	if dv.Status.Phase != cdiv1.PendingPopulation {
+		t.Fatalf("without a consumer the DataVolume moved on to %s", dv.Status.Phase)
+	}
+	consumer := podWithClaim("consumer", "wffc", false, fmt.Sprintf("head -c %d /data/disk.img | sha256sum | cut -d' ' -f1 > /dev/termination-log", virtualSize))
+	sum := strings.TrimSpace(runToCompletion(t, ns, consumer))
+	dv, seen := waitDataVolume(t, c, ns, "wffc", time.Minute, func(dv *cdiv1.DataVolume) bool { return dv.Status.Phase == cdiv1.Succeeded })
+	t.Logf("phases seen after the consumer came: %v", seen)
+	if sum != want {
+		t.Errorf("the consumer read sha256 %s, want %s", sum, want)
+	}
+	pvc := &corev1.PersistentVolumeClaim{}
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "wffc"}, pvc); err != nil {
+		t.Fatal(err)
+	}
+	if pvc.Annotations[cdiv1.AnnSelectedNode] != cl.NodeName {
+		t.Errorf("claim's selected node %q, want %q", pvc.Annotations[cdiv1.AnnSelectedNode], cl.NodeName)
+	}
+}
+
+// TestHostileAndMissingSourcesFail: a 404 and a qcow2 whose backing file
+// names a host path each end Failed with a message that says what to fix,
+// an event, and no bound claim.
+func TestHostileAndMissingSourcesFail(t *testing.T) {
+	c := startKubefill(t)
+	ns := newNamespace(t)
+	dir := t.TempDir()
+	run(t, "qemu-img", "create", "-f", "qcow2", "-b", "/etc/hostname", "-F", "raw", filepath.Join(dir, "overlay.qcow2"), "64M")
+	base := imageServer(t, dir)
+	cases := []struct{ name, url, message string }{
+		{"not-found", base + "/missing.qcow2", "404"},
+		{"backing-file", base + "/overlay.qcow2", "backing"},
+	}
+	for _, tc := range cases {
+		if err := c.Create(context.Background(), httpDV(ns, tc.name, tc.url, cluster.StorageClassImmediate)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range cases {
+		dv, seen := waitDataVolume(t, c, ns, tc.name, 2*time.Minute, func(dv *cdiv1.DataVolume) bool {
+			return dv.Status.Phase == cdiv1.Failed || dv.Status.Phase == cdiv1.Succeeded
+		})
+		cond := runningCondition(dv)
+		t.Logf("%s: phases %v; Running=%s %s: %s", tc.name, seen, cond.Status, cond.Reason, cond.Message)
+		if dv.Status.Phase != cdiv1.Failed || !strings.Contains(strings.ToLower(cond.Message), tc.message) {
+			t.Errorf("%s: ended %s with %q; want Failed mentioning %q", tc.name, dv.Status.Phase, cond.Message, tc.message)
+		}
+		pvc := &corev1.PersistentVolumeClaim{}
+		if err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: tc.name}, pvc); err != nil {
+			t.Fatal(err)
+		}
+		if pvc.Status.Phase == corev1.ClaimBound {
+			t.Errorf("%s: the claim bound although the import failed", tc.name)
+		}
+		if ev := eventsFor(ns, tc.name); !strings.Contains(strings.ToLower(ev), tc.message) {
+			t.Errorf("%s: no event mentions %q:\n%s", tc.name, tc.message, ev)
+		}
+	}
+}
+
+// TestProgressRisesMonotonically watches a throttled import: the
+// DataVolume's progress takes at least three distinct values on the way,
+// never goes down, and shows 100% only once it has succeeded.
+func TestProgressRisesMonotonically(t *testing.T) {
+	c := startKubefill(t)
+	ns := newNamespace(t)
+	dir := t.TempDir()
+	name := rawImage(t, dir, 24<<20)
+	if err := c.Create(context.Background(), httpDV(ns, "slow", throttledServer(t, dir, 2<<20)+"/"+name, cluster.StorageClassImmediate)); err != nil {
+		t.Fatal(err)
+	}
+	var values []string
+	dv, _ := waitDataVolume(t, c, ns, "slow", 3*time.Minute, func(dv *cdiv1.DataVolume) bool {
+		p := string(dv.Status.Progress)
+		if p != "" && p != "N/A" && (len(values) == 0 || values[len(values)-1] != p) {
+			values = append(values, p)
+			if p == "100.0%" && dv.Status.Phase != cdiv1.Succeeded {
+				t.Errorf("progress shows 100%% in phase %s", dv.Status.Phase)
+			}
+		}
+		return dv.Status.Phase == cdiv1.Succeeded || dv.Status.Phase == cdiv1.Failed
+	})
+	t.Logf("progress values seen: %v", values)
+	if dv.Status.Phase != cdiv1.Succeeded {
+		t.Fatalf("ended %s", dv.Status.Phase)
+	}
+	var last float64 = -1
+	for _, v := range values {
+		var f float64
+		if _, err := fmt.Sscanf(v, "%f%%", &f); err != nil {
+			t.Fatalf("progress %q is not CDI's percentage form", v)
+		}
+		if f < last {
+			t.Errorf("progress went down: %v", values)
+		}
+		last = f
+	}
+	if len(values) < 4 { // three distinct values on the way, then 100.0%
+		t.Errorf("saw only %d progress values: %v", len(values), values)
+	}
+}
+
+// TestControllerRestartMidImport stops the controller while an import runs
+// and starts a new one: the import finishes, with one importer pod and one
+// prime, never two.
+func TestControllerRestartMidImport(t *testing.T) {
+	installCRDs.Do(func() { startKubefill(t) }) // CRDs only; the managers below are ours
+	ns := newNamespace(t)
+	dir := t.TempDir()
+	name := rawImage(t, dir, 16<<20)
+	url := throttledServer(t, dir, 2<<20) + "/" + name
+
+	first, stopFirst := startManager(t)
+	if err := first.Create(context.Background(), httpDV(ns, "restart", url, cluster.StorageClassImmediate)); err != nil {
+		t.Fatal(err)
+	}
+	waitDataVolume(t, first, ns, "restart", 2*time.Minute, func(dv *cdiv1.DataVolume) bool { return dv.Status.Phase == cdiv1.ImportInProgress })
+	stopFirst()
+	t.Log("controller stopped mid-import; starting a new one")
+	second, _ := startManager(t)
+
+	var maxPods, maxPrimes int
+	dv, seen := waitDataVolume(t, second, ns, "restart", 3*time.Minute, func(dv *cdiv1.DataVolume) bool {
+		pods, primes := countWorkers(t, second, ns)
+		maxPods, maxPrimes = max(maxPods, pods), max(maxPrimes, primes)
+		return dv.Status.Phase == cdiv1.Succeeded || dv.Status.Phase == cdiv1.Failed
+	})
+	t.Logf("phases %v; at most %d importer pods and %d primes at once", seen, maxPods, maxPrimes)
+	if dv.Status.Phase != cdiv1.Succeeded || dv.Status.RestartCount != 0 {
+		t.Errorf("ended %s with %d restarts", dv.Status.Phase, dv.Status.RestartCount)
+	}
+	if maxPods > 1 || maxPrimes > 1 {
+		t.Errorf("duplicate workers: %d pods, %d primes", maxPods, maxPrimes)
+	}
+}
+
+// TestTwentyDataVolumesInParallel imports twenty images at once and prints
+// the wall time and this process's peak memory (controllers included).
+func TestTwentyDataVolumesInParallel(t *testing.T) {
+	c := startKubefill(t)
+	ns := newNamespace(t)
+	dir := t.TempDir()
+	name, _, _ := testImage(t, dir)
+	url := imageServer(t, dir) + "/" + name
+	start := time.Now()
+	for i := range 20 {
+		if err := c.Create(context.Background(), httpDV(ns, fmt.Sprintf("dv-%02d", i), url, cluster.StorageClassImmediate)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	failed := make(chan string, 20)
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			dv := &cdiv1.DataVolume{}
+			key := types.NamespacedName{Namespace: ns, Name: fmt.Sprintf("dv-%02d", i)}
+			deadline := time.Now().Add(5 * time.Minute)
+			for time.Now().Before(deadline) {
+				if c.Get(context.Background(), key, dv) == nil && (dv.Status.Phase == cdiv1.Succeeded || dv.Status.Phase == cdiv1.Failed) {
+					break
+				}
+				time.Sleep(500 * time.Millisecond)
+			}
+			if dv.Status.Phase != cdiv1.Succeeded {
+				failed <- fmt.Sprintf("%s ended %s (%s)", key.Name, dv.Status.Phase, runningCondition(dv).Message)
+			}
+		}()
+	}
+	wg.Wait()
+	close(failed)
+	for f := range failed {
+		t.Error(f)
+	}
+	t.Logf("20 DataVolumes imported in %s; test process (controllers in it) peak RSS %s", time.Since(start).Round(time.Millisecond), peakRSS())
+}
+
+// startManager runs a controller manager that can be stopped mid-test.
+func startManager(t *testing.T) (client.Client, func()) {
+	t.Helper()
+	mgr, err := controller.NewManager(cl.Config, controller.ManagerOptions{
+		MetricsBindAddress: "0", HealthProbeBindAddress: "0", SkipNameValidation: true, WorkerImage: "kubefill/kubefill:e2e",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	var once sync.Once
+	stop := func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	c, err := client.New(cl.Config, client.Options{Scheme: controller.NewScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, stop
+}
+
+func countWorkers(t *testing.T, c client.Client, ns string) (pods, primes int) {
+	t.Helper()
+	podList := &corev1.PodList{}
+	if err := c.List(context.Background(), podList, client.InNamespace(ns), client.MatchingLabels{cdiv1.LabelComponent: "importer"}); err != nil {
+		t.Fatal(err)
+	}
+	claims := &corev1.PersistentVolumeClaimList{}
+	if err := c.List(context.Background(), claims, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range claims.Items {
+		if strings.HasPrefix(p.Name, "prime-") {
+			primes++
+		}
+	}
+	return len(podList.Items), primes
+}
+
+// peakRSS reads this process's peak resident set size (VmHWM).
+func peakRSS() string {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return "unknown"
+	}
+	defer f.Close()
+	data, _ := io.ReadAll(f)
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "VmHWM:") {
+			return strings.TrimSpace(strings.TrimPrefix(line, "VmHWM:"))
+		}
+	}
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return fmt.Sprintf("%d MiB (Go heap)", m.Sys>>20)
+}
