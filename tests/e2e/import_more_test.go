@@ -350,3 +350,48 @@ func peakRSS() string {
 	runtime.ReadMemStats(&m)
 	return fmt.Sprintf("%d MiB (Go heap)", m.Sys>>20)
 }
+
+// TestStorageSpecCompletedFromProfile: a blank DataVolume that gives only a
+// size gets its access modes and volume mode from the class's
+// StorageProfile, and its request grows by the filesystem overhead.
+func TestStorageSpecCompletedFromProfile(t *testing.T) {
+	c := startKubefill(t)
+	ns := newNamespace(t)
+	dv := &cdiv1.DataVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "blank", Namespace: ns},
+		Spec: cdiv1.DataVolumeSpec{
+			Source: &cdiv1.DataVolumeSource{Blank: &cdiv1.DataVolumeBlankImage{}},
+			Storage: &cdiv1.StorageSpec{
+				StorageClassName: ptr.To(cluster.StorageClassImmediate),
+				Resources:        filesystemClaim("64Mi").Resources,
+			},
+		},
+	}
+	if err := c.Create(context.Background(), dv); err != nil {
+		t.Fatal(err)
+	}
+	dv, seen := waitDataVolume(t, c, ns, "blank", 2*time.Minute, func(dv *cdiv1.DataVolume) bool {
+		return dv.Status.Phase == cdiv1.Succeeded || dv.Status.Phase == cdiv1.Failed
+	})
+	t.Logf("phases %v", seen)
+	if dv.Status.Phase != cdiv1.Succeeded {
+		t.Fatalf("blank DataVolume ended %s: %+v", dv.Status.Phase, runningCondition(dv))
+	}
+	pvc := &corev1.PersistentVolumeClaim{}
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "blank"}, pvc); err != nil {
+		t.Fatal(err)
+	}
+	req := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
+	t.Logf("claim: %v %s %s", pvc.Spec.AccessModes, *pvc.Spec.VolumeMode, req.String())
+	if len(pvc.Spec.AccessModes) != 1 || pvc.Spec.AccessModes[0] != corev1.ReadWriteOnce || *pvc.Spec.VolumeMode != corev1.PersistentVolumeFilesystem {
+		t.Errorf("claim not completed from the profile: %v %s", pvc.Spec.AccessModes, *pvc.Spec.VolumeMode)
+	}
+	if req.Value() <= 64<<20 {
+		t.Errorf("request %s was not grown by the filesystem overhead", req.String())
+	}
+	size := strings.TrimSpace(runToCompletion(t, ns, podWithClaim("size", "blank", false, "stat -c %s /data/disk.img > /dev/termination-log")))
+	t.Logf("blank disk.img is %s bytes", size)
+	if size == "0" || size == "" {
+		t.Errorf("blank image has size %q", size)
+	}
+}
