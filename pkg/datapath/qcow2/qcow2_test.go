@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -384,4 +385,23 @@ func (b bytesReaderAt) ReadAt(p []byte, off int64) (int, error) {
 		return n, io.EOF
 	}
 	return n, nil
+}
+
+// A virtual size that is not a multiple of the cluster size: the last
+// (compressed or not) cluster is partial.
+func TestPartialLastCluster(t *testing.T) {
+	testimg.RequireQemuImg(t)
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, 4<<20+3*512)
+	want := testimg.RawSHA256(t, raw, "raw")
+	for i, args := range [][]string{nil, {"-c"}, {"-c", "-o", "compression_type=zstd"}} {
+		img := testimg.Convert(t, raw, "raw", filepath.Join(dir, fmt.Sprintf("p%d.qcow2", i)), "qcow2", args...)
+		got, _, _, err := importLocal(t, img, ExecOptions{})
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		if got != want {
+			t.Fatalf("%v: sha256 %s want %s", args, got, want)
+		}
+	}
 }
