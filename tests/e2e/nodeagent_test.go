@@ -289,3 +289,33 @@ func TestLivenessProbeRestarts(t *testing.T) {
 		t.Fatalf("no Unhealthy event for the liveness probe:\n%s", ev)
 	}
 }
+
+// TestSecurityContext: runAsUser, runAsGroup and fsGroup as a kubelet
+// applies them: the process's ids, and a PVC and an emptyDir writable
+// through the fsGroup; runAsNonRoot without a user is refused.
+func TestSecurityContext(t *testing.T) {
+	ns := newNamespace(t)
+	createPVC(t, ns, pvcSpec("owned", "kubefill-hostpath", "16Mi", corev1.PersistentVolumeFilesystem))
+	waitPVCPhase(t, ns, "owned", corev1.ClaimBound, time.Minute)
+	pod := podWithClaim("ids", "owned", false,
+		`mkdir /data/sub && echo x > /data/sub/f && echo y > /scratch/f && printf '%s %s %s %s' "$(id -u)" "$(id -g)" "$(id -G)" "$(stat -c %g /data/sub/f)" > /dev/termination-log`)
+	pod.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: ptr.To(int64(107)), RunAsGroup: ptr.To(int64(108)), FSGroup: ptr.To(int64(2000))}
+	pod.Spec.Containers[0].VolumeMounts = append(pod.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: "scratch", MountPath: "/scratch"})
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	if msg := runToCompletion(t, ns, pod); msg != "107 108 108 2000 2000" {
+		t.Fatalf("ids and new file's group = %q, want %q", msg, "107 108 108 2000 2000")
+	}
+
+	root := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "nonroot"},
+		Spec: corev1.PodSpec{
+			SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true)},
+			Containers:      []corev1.Container{{Name: "main", Image: shellImage, Command: []string{"true"}}},
+		},
+	}
+	createPod(t, ns, root)
+	waitPod(t, ns, "nonroot", 30*time.Second, "CreateContainerConfigError", func(p *corev1.Pod) bool {
+		return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Waiting != nil &&
+			p.Status.ContainerStatuses[0].State.Waiting.Reason == "CreateContainerConfigError"
+	})
+}

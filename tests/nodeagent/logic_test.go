@@ -191,3 +191,33 @@ func TestCommandLine(t *testing.T) {
 func notFound(resource, name string) error {
 	return apierrors.NewNotFound(schema.GroupResource{Resource: resource}, name)
 }
+
+func TestContainerIdentity(t *testing.T) {
+	i64 := func(v int64) *int64 { return &v }
+	yes := true
+	for _, tc := range []struct {
+		name    string
+		pod     *corev1.PodSecurityContext
+		ctr     *corev1.SecurityContext
+		want    identity
+		wantErr bool
+	}{
+		{name: "none", want: identity{}},
+		{name: "pod user and groups", pod: &corev1.PodSecurityContext{RunAsUser: i64(107), RunAsGroup: i64(107), FSGroup: i64(107), SupplementalGroups: []int64{5, 107}},
+			want: identity{UID: 107, GID: 107, Groups: []uint32{5, 107}}},
+		{name: "container wins", pod: &corev1.PodSecurityContext{RunAsUser: i64(1)}, ctr: &corev1.SecurityContext{RunAsUser: i64(2), RunAsGroup: i64(3)},
+			want: identity{UID: 2, GID: 3}},
+		{name: "non-root without user", pod: &corev1.PodSecurityContext{RunAsNonRoot: &yes}, wantErr: true},
+		{name: "non-root with user", ctr: &corev1.SecurityContext{RunAsNonRoot: &yes, RunAsUser: i64(1000)}, want: identity{UID: 1000}},
+	} {
+		pod := &corev1.Pod{Spec: corev1.PodSpec{SecurityContext: tc.pod}}
+		got, err := containerIdentity(pod, &corev1.Container{SecurityContext: tc.ctr})
+		if (err != nil) != tc.wantErr {
+			t.Errorf("%s: err = %v, wantErr %v", tc.name, err, tc.wantErr)
+			continue
+		}
+		if !tc.wantErr && !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: identity = %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -518,7 +518,11 @@ func (c *container) prepare(ctx context.Context) error {
 	if len(hostname) > 63 {
 		hostname = hostname[:63]
 	}
-	c.spec0 = &InitSpec{Argv: argv, Env: env, WorkingDir: c.spec.WorkingDir, Mounts: mounts, Hostname: hostname}
+	id, err := containerIdentity(pod, c.spec)
+	if err != nil {
+		return err
+	}
+	c.spec0 = &InitSpec{Argv: argv, Env: env, WorkingDir: c.spec.WorkingDir, Mounts: mounts, Hostname: hostname, Identity: id}
 	return nil
 }
 
@@ -592,6 +596,10 @@ func (c *container) runOnce(ctx context.Context, restart int32) (int32, error) {
 	spec.Root = root
 	spec.Mounts = append([]InitMount(nil), spec.Mounts...)
 	if err := os.WriteFile(c.terminationLog(), nil, 0o666); err != nil {
+		return 0, err
+	}
+	// Any user the container runs as may write its termination message.
+	if err := os.Chmod(c.terminationLog(), 0o666); err != nil {
 		return 0, err
 	}
 	tmPath := c.spec.TerminationMessagePath

@@ -30,6 +30,8 @@ type InitSpec struct {
 	// Hostname is set in the container's UTS namespace (the agent starts
 	// pod-init in a new one).
 	Hostname string `json:"hostname,omitempty"`
+	// Identity is the user and groups the command runs as.
+	Identity identity `json:"identity"`
 }
 
 // InitMount is one bind mount into a container's root.
@@ -83,6 +85,20 @@ func RunPodInit(specFile string) error {
 			return err
 		}
 		argv0 = p
+	}
+	id := spec.Identity
+	groups := make([]int, 0, len(id.Groups))
+	for _, g := range id.Groups {
+		groups = append(groups, int(g))
+	}
+	if err := syscall.Setgroups(groups); err != nil {
+		return fmt.Errorf("set supplementary groups %v: %w", groups, err)
+	}
+	if err := syscall.Setgid(int(id.GID)); err != nil {
+		return fmt.Errorf("set gid %d: %w", id.GID, err)
+	}
+	if err := syscall.Setuid(int(id.UID)); err != nil {
+		return fmt.Errorf("set uid %d: %w", id.UID, err)
 	}
 	if err := syscall.Exec(argv0, spec.Argv, env); err != nil {
 		return fmt.Errorf("exec %s: %w", argv0, err)

@@ -23,6 +23,9 @@ type podVolume struct {
 	// csiVolumeID is set when the agent published it through the CSI
 	// driver at path and must unpublish it.
 	csiVolumeID string
+	// hostPath is set for a host directory (a hostPath PV), which fsGroup
+	// leaves alone.
+	hostPath bool
 }
 
 // apiGetter reads ConfigMaps and Secrets from the API (the Node authorizer
@@ -76,6 +79,14 @@ func (w *podWorker) setupVolumes(ctx context.Context, pod *corev1.Pod) (vols map
 			return vols, fmt.Errorf("MountVolume.SetUp failed for volume %q: %w", v.Name, err)
 		}
 		vols[v.Name] = pv
+		// fsGroup applies to the volumes the kubelet manages and to our CSI
+		// driver's filesystem volumes (its CSIDriver has fsGroupPolicy File);
+		// not to hostPath volumes or block devices.
+		if psc := pod.Spec.SecurityContext; psc != nil && psc.FSGroup != nil && !pv.block && v.HostPath == nil && !pv.hostPath {
+			if err := applyFSGroup(pv.path, *psc.FSGroup, pv.readOnly); err != nil {
+				return vols, fmt.Errorf("MountVolume.SetUp failed for volume %q: fsGroup: %w", v.Name, err)
+			}
+		}
 	}
 	return vols, nil
 }
@@ -145,7 +156,7 @@ func (w *podWorker) publishClaim(ctx context.Context, pod *corev1.Pod, src *core
 	switch {
 	case pv.Spec.HostPath != nil:
 		v, err := hostPathVolume(pv.Spec.HostPath.Path, pv.Spec.HostPath.Type)
-		v.readOnly = readOnly
+		v.readOnly, v.hostPath = readOnly, true
 		return v, err
 	case pv.Spec.CSI != nil && pv.Spec.CSI.Driver == w.a.cfg.DriverName:
 	default:
