@@ -32,8 +32,8 @@ func newImporterCommand() *cobra.Command {
 			ctrllog.SetLogger(log)
 			cfg, err := importer.ConfigFromEnv(os.Getenv, os.Environ())
 			if err != nil {
-				text := err.Error()
-				_ = importer.WriteTerminationMessage(p.TerminationLog, importer.TerminationMessage{Outcome: importer.OutcomeFailed, Message: &text})
+				text, permanent := err.Error(), true // a bad job description stays bad
+				_ = importer.WriteTerminationMessage(p.TerminationLog, importer.TerminationMessage{Outcome: importer.OutcomeFailed, Message: &text, Permanent: &permanent})
 				return err
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)

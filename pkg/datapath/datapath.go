@@ -56,6 +56,8 @@ var (
 	ErrScratchRequired = errors.New("scratch space required and none found")
 	// ErrTooBig: the image does not fit the target.
 	ErrTooBig = sink.ErrTooBig
+	// ErrUnsupported: the source's format or content cannot be imported.
+	ErrUnsupported = errors.New("unsupported source")
 )
 
 // maxWrappers bounds nested compression (e.g. .gz inside .xz).
@@ -154,7 +156,7 @@ func Import(ctx context.Context, src source.Source, opt Options) (res *Result, e
 	in := io.Reader(outer)
 	for res.Format.IsCompression() {
 		if len(res.Wrappers) == maxWrappers {
-			return nil, fmt.Errorf("more than %d nested compression layers", maxWrappers)
+			return nil, fmt.Errorf("%w: more than %d nested compression layers", ErrUnsupported, maxWrappers)
 		}
 		dr, closeFn, err := decompressor(res.Format, in)
 		if err != nil {
@@ -173,7 +175,7 @@ func Import(ctx context.Context, src source.Source, opt Options) (res *Result, e
 	switch {
 	case opt.ContentType == ContentArchive:
 		if res.Format != format.Tar {
-			return nil, fmt.Errorf("content type archive needs a tar archive, but the source is %s", res.Format)
+			return nil, fmt.Errorf("%w: content type archive needs a tar archive, but the source is %s", ErrUnsupported, res.Format)
 		}
 		n, err := archive.Extract(in, opt.Path, opt.Size)
 		if err != nil {
@@ -510,7 +512,7 @@ func (l *limitedWriter) Write(p []byte) (int, error) {
 func importViaScratch(ctx context.Context, in, outer io.Reader, hasher hash.Hash, opt Options, res *Result) (*Result, error) {
 	qfmt, ok := res.Format.QemuFormat()
 	if !ok {
-		return nil, fmt.Errorf("unsupported image format %s", res.Format)
+		return nil, fmt.Errorf("%w: image format %s", ErrUnsupported, res.Format)
 	}
 	if opt.ScratchDir == "" {
 		return nil, fmt.Errorf("%w: %s images need scratch space to be converted", ErrScratchRequired, res.Format)

@@ -14,11 +14,13 @@ import (
 // permanentErrors are failures the same input will always hit again.
 var permanentErrors = []error{
 	datapath.ErrChecksum,
+	datapath.ErrUnsupported,
 	sink.ErrTooBig,
 	archive.ErrTooBig,
 	archive.ErrUnsafe,
 	convert.ErrUnsafe,
 	qcow2.ErrUnsafe,
+	qcow2.ErrInvalid,
 	source.ErrNoDisk,
 }
 

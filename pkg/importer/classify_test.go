@@ -10,6 +10,7 @@ import (
 	"github.com/kubefill/kubefill/pkg/datapath"
 	"github.com/kubefill/kubefill/pkg/datapath/qcow2"
 	"github.com/kubefill/kubefill/pkg/datapath/sink"
+	"github.com/kubefill/kubefill/pkg/datapath/source"
 )
 
 type statusLike struct{ permanent bool }
@@ -31,6 +32,10 @@ func TestPermanent(t *testing.T) {
 		{"connection drop", fmt.Errorf("reading: %w", io.ErrUnexpectedEOF), false},
 		{"cancelled", context.Canceled, false},
 		{"plain", errors.New("something else"), false},
+		{"truncated qcow2", fmt.Errorf("plan: %w", qcow2.ErrInvalid), true},
+		{"http 404", fmt.Errorf("open: %w", &source.StatusError{Code: 404}), true},
+		{"http 429", fmt.Errorf("open: %w", &source.StatusError{Code: 429}), false},
+		{"range protocol violation", fmt.Errorf("open: %w", &source.StatusError{Msg: "ignored Range"}), false},
 	}
 	for _, c := range cases {
 		if got := Permanent(c.err); got != c.want {

@@ -227,7 +227,7 @@ func TestRunEndToEnd(t *testing.T) {
 	// vmdk without a scratch volume: scratchSpaceRequired, failure.
 	p = paths()
 	m, err = runJob(t, map[string]string{EnvEndpoint: srv.FileURL("disk.vmdk"), EnvImageSize: "64Mi", EnvSecretExtraHeadersDir: hdrDir}, p)
-	if err == nil || m.Outcome != OutcomeFailed || m.ScratchSpaceRequired == nil || !*m.ScratchSpaceRequired {
+	if err == nil || m.Outcome != OutcomeFailed || m.ScratchSpaceRequired == nil || !*m.ScratchSpaceRequired || m.Permanent != nil {
 		t.Fatalf("vmdk without scratch: %v %+v", err, m)
 	}
 	// ... and with one it works.
@@ -240,13 +240,13 @@ func TestRunEndToEnd(t *testing.T) {
 	// Too big: fails early with a clear message and no success marker.
 	p = paths()
 	m, err = runJob(t, map[string]string{EnvEndpoint: srv.FileURL("disk.qcow2"), EnvImageSize: "4Mi", EnvSecretExtraHeadersDir: hdrDir}, p)
-	if err == nil || m.Outcome != OutcomeFailed || !strings.Contains(*m.Message, "larger than the target") {
+	if err == nil || m.Outcome != OutcomeFailed || !strings.Contains(*m.Message, "larger than the target") || m.Permanent == nil || !*m.Permanent {
 		t.Fatalf("too big: %v %+v", err, m)
 	}
 	// Without the secret header the server refuses; the secret is not in the message.
 	p = paths()
 	m, err = runJob(t, map[string]string{EnvEndpoint: srv.FileURL("disk.qcow2"), EnvImageSize: "64Mi", EnvSecretExtraHeadersDir: t.TempDir(), EnvAccessKeyID: "user", EnvSecretKey: "pa55word"}, p)
-	if err == nil || m.Outcome != OutcomeFailed || !strings.Contains(*m.Message, "403") || strings.Contains(*m.Message, "pa55word") {
+	if err == nil || m.Outcome != OutcomeFailed || !strings.Contains(*m.Message, "403") || strings.Contains(*m.Message, "pa55word") || m.Permanent == nil || !*m.Permanent {
 		t.Fatalf("forbidden: %v %+v", err, m)
 	}
 

@@ -56,7 +56,7 @@ func Execute(ctx context.Context, p *Plan, fetch Fetcher, w io.WriterAt, opt Exe
 	bufSize := max(int64(chunk), 2*cs)
 	for _, e := range p.Extents {
 		if e.CompLen > bufSize {
-			return fmt.Errorf("corrupt qcow2: compressed cluster at %#x claims %d stored bytes", e.Host, e.CompLen)
+			return invalidf("corrupt qcow2: compressed cluster at %#x claims %d stored bytes", e.Host, e.CompLen)
 		}
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -159,7 +159,7 @@ func runReads(ctx context.Context, p *Plan, fetch Fetcher, opt ExecOptions, free
 					return readErr(err, pos, end)
 				}
 				if pos != end {
-					return fmt.Errorf("image file ended at byte %d, expected %d bytes", pos, end)
+					return invalidf("image file ended at byte %d, expected %d bytes", pos, end)
 				}
 			}
 			return nil
@@ -188,7 +188,7 @@ func runReads(ctx context.Context, p *Plan, fetch Fetcher, opt ExecOptions, free
 
 func readErr(err error, pos, end int64) error {
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return fmt.Errorf("image file ended early near byte %d (expected data up to %d; truncated image?): %w", pos, end, err)
+		return invalidf("image file ended early near byte %d (expected data up to %d; truncated image?): %v", pos, end, err)
 	}
 	return fmt.Errorf("reading image near byte %d: %w", pos, err)
 }
@@ -274,15 +274,15 @@ func (d *decoder) do(j job, w io.WriterAt) error {
 			}
 			d.zs = z
 		} else if err := d.zs.Reset(&d.br); err != nil {
-			return fmt.Errorf("corrupt compressed cluster for guest offset %d: %w", j.guest, err)
+			return invalidf("corrupt compressed cluster for guest offset %d: %v", j.guest, err)
 		}
 		r = d.zs
 	default:
-		return fmt.Errorf("unsupported compression type %d", d.kind)
+		return invalidf("unsupported compression type %d", d.kind)
 	}
 	n, err := io.ReadFull(r, d.out)
 	if err != nil && !(errors.Is(err, io.ErrUnexpectedEOF) && int64(n) >= j.length) {
-		return fmt.Errorf("corrupt compressed cluster for guest offset %d: %w", j.guest, err)
+		return invalidf("corrupt compressed cluster for guest offset %d: %v", j.guest, err)
 	}
 	if _, err := w.WriteAt(d.out[:j.length], j.guest); err != nil {
 		return fmt.Errorf("writing guest offset %d: %w", j.guest, err)

@@ -23,6 +23,19 @@ import (
 // ErrUnsafe marks images refused for safety reasons rather than corruption.
 var ErrUnsafe = errors.New("unsafe qcow2 image")
 
+// ErrInvalid marks corrupt, truncated or unsupported images: retrying the
+// same bytes cannot succeed.
+var ErrInvalid = errors.New("invalid qcow2 image")
+
+type invalidError struct{ msg string }
+
+func (e *invalidError) Error() string        { return e.msg }
+func (e *invalidError) Is(target error) bool { return target == ErrInvalid }
+
+func invalidf(format string, args ...any) error {
+	return &invalidError{msg: fmt.Sprintf(format, args...)}
+}
+
 // HeaderLen is the number of leading bytes ParseHeader needs.
 const HeaderLen = 112
 
@@ -73,10 +86,10 @@ func (h *Header) l2Entries() int64 { return h.ClusterSize() / 8 }
 // header. It performs no I/O. Every refusal names the offending feature.
 func ParseHeader(b []byte) (*Header, error) {
 	if len(b) < 72 {
-		return nil, fmt.Errorf("qcow2 header truncated: %d bytes", len(b))
+		return nil, invalidf("qcow2 header truncated: %d bytes", len(b))
 	}
 	if string(b[0:4]) != "QFI\xfb" {
-		return nil, errors.New("not a qcow2 image: bad magic")
+		return nil, invalidf("not a qcow2 image: bad magic")
 	}
 	be := binary.BigEndian
 	h := &Header{
@@ -91,7 +104,7 @@ func ParseHeader(b []byte) (*Header, error) {
 	backingSize := be.Uint32(b[16:])
 	cryptMethod := be.Uint32(b[32:])
 	if h.Version != 2 && h.Version != 3 {
-		return nil, fmt.Errorf("unsupported qcow2 version %d", h.Version)
+		return nil, invalidf("unsupported qcow2 version %d", h.Version)
 	}
 	if backingOffset != 0 || backingSize != 0 {
 		return nil, fmt.Errorf("%w: it names a backing file; only self-contained images can be imported", ErrUnsafe)
@@ -101,16 +114,16 @@ func ParseHeader(b []byte) (*Header, error) {
 	}
 	if h.Version == 3 {
 		if len(b) < 104 {
-			return nil, fmt.Errorf("qcow2 v3 header truncated: %d bytes", len(b))
+			return nil, invalidf("qcow2 v3 header truncated: %d bytes", len(b))
 		}
 		h.Incompatible = be.Uint64(b[72:])
 		h.HeaderLength = be.Uint32(b[100:])
 		if h.HeaderLength < 104 {
-			return nil, fmt.Errorf("corrupt qcow2 header: header length %d", h.HeaderLength)
+			return nil, invalidf("corrupt qcow2 header: header length %d", h.HeaderLength)
 		}
 		if h.HeaderLength > 104 {
 			if len(b) < 105 {
-				return nil, fmt.Errorf("qcow2 v3 header truncated: %d bytes", len(b))
+				return nil, invalidf("qcow2 v3 header truncated: %d bytes", len(b))
 			}
 			h.CompressionType = b[104]
 		}
@@ -126,30 +139,30 @@ func ParseHeader(b []byte) (*Header, error) {
 		return nil, fmt.Errorf("%w: unknown incompatible features %#x", ErrUnsafe, h.Incompatible&^uint64(incompatKnown))
 	}
 	if h.Incompatible&incompatCompression == 0 && h.CompressionType != CompressionZlib {
-		return nil, fmt.Errorf("corrupt qcow2 header: compression type %d without the compression-type feature bit", h.CompressionType)
+		return nil, invalidf("corrupt qcow2 header: compression type %d without the compression-type feature bit", h.CompressionType)
 	}
 	if h.CompressionType != CompressionZlib && h.CompressionType != CompressionZstd {
-		return nil, fmt.Errorf("unsupported qcow2 compression type %d", h.CompressionType)
+		return nil, invalidf("unsupported qcow2 compression type %d", h.CompressionType)
 	}
 	if h.ClusterBits < minClusterBits || h.ClusterBits > maxClusterBits {
-		return nil, fmt.Errorf("corrupt qcow2 header: cluster bits %d outside [%d,%d]", h.ClusterBits, minClusterBits, maxClusterBits)
+		return nil, invalidf("corrupt qcow2 header: cluster bits %d outside [%d,%d]", h.ClusterBits, minClusterBits, maxClusterBits)
 	}
 	if h.Size > MaxVirtualSize {
-		return nil, fmt.Errorf("qcow2 virtual size %d exceeds the supported maximum %d", h.Size, uint64(MaxVirtualSize))
+		return nil, invalidf("qcow2 virtual size %d exceeds the supported maximum %d", h.Size, uint64(MaxVirtualSize))
 	}
 	perL1 := uint64(h.ClusterSize()) * uint64(h.l2Entries())
 	need := (h.Size + perL1 - 1) / perL1
 	if uint64(h.L1Size) < need {
-		return nil, fmt.Errorf("corrupt qcow2 header: L1 table has %d entries, %d needed for the virtual size", h.L1Size, need)
+		return nil, invalidf("corrupt qcow2 header: L1 table has %d entries, %d needed for the virtual size", h.L1Size, need)
 	}
 	if uint64(h.L1Size)*8 > maxL1Bytes {
-		return nil, fmt.Errorf("corrupt qcow2 header: L1 table of %d entries is too large", h.L1Size)
+		return nil, invalidf("corrupt qcow2 header: L1 table of %d entries is too large", h.L1Size)
 	}
 	if h.L1TableOffset >= 1<<56 {
-		return nil, fmt.Errorf("corrupt qcow2 header: L1 table offset %#x out of range", h.L1TableOffset)
+		return nil, invalidf("corrupt qcow2 header: L1 table offset %#x out of range", h.L1TableOffset)
 	}
 	if h.L1Size > 0 && h.L1TableOffset%uint64(h.ClusterSize()) != 0 {
-		return nil, fmt.Errorf("corrupt qcow2 header: L1 table offset %#x not cluster aligned", h.L1TableOffset)
+		return nil, invalidf("corrupt qcow2 header: L1 table offset %#x not cluster aligned", h.L1TableOffset)
 	}
 	return h, nil
 }

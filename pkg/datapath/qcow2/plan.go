@@ -64,7 +64,7 @@ func WalkPlans(ctx context.Context, ra io.ReaderAt, h *Header, fileSize int64, m
 	l1 := make([]byte, 0)
 	if h.L1Size > 0 {
 		if int64(h.L1TableOffset)+int64(h.L1Size)*8 > fileSize {
-			return fmt.Errorf("corrupt qcow2: L1 table at %#x runs past the end of the %d-byte file (truncated image?)", h.L1TableOffset, fileSize)
+			return invalidf("corrupt qcow2: L1 table at %#x runs past the end of the %d-byte file (truncated image?)", h.L1TableOffset, fileSize)
 		}
 		l1 = make([]byte, int64(h.L1Size)*8)
 		if _, err := ra.ReadAt(l1, int64(h.L1TableOffset)); err != nil {
@@ -106,7 +106,7 @@ func WalkPlans(ctx context.Context, ra io.ReaderAt, h *Header, fileSize int64, m
 			continue
 		}
 		if l2off%cs != 0 || l2off+cs > fileSize {
-			return fmt.Errorf("corrupt qcow2: L2 table offset %#x invalid for a %d-byte file (truncated image?)", l2off, fileSize)
+			return invalidf("corrupt qcow2: L2 table offset %#x invalid for a %d-byte file (truncated image?)", l2off, fileSize)
 		}
 		if _, err := ra.ReadAt(l2, l2off); err != nil {
 			return fmt.Errorf("reading qcow2 L2 table at %#x: %w", l2off, err)
@@ -123,7 +123,7 @@ func WalkPlans(ctx context.Context, ra io.ReaderAt, h *Header, fileSize int64, m
 				sectors := int64((e>>compShift)&compSecMask) + 1
 				comp := sectors*512 - host%512
 				if host == 0 || host >= fileSize {
-					return fmt.Errorf("corrupt qcow2: compressed cluster for guest offset %#x at invalid host offset %#x (truncated image?)", guest, host)
+					return invalidf("corrupt qcow2: compressed cluster for guest offset %#x at invalid host offset %#x (truncated image?)", guest, host)
 				}
 				comp = min(comp, fileSize-host)
 				p.add(Extent{Guest: guest, Host: host, Length: length, CompLen: comp})
@@ -134,10 +134,10 @@ func WalkPlans(ctx context.Context, ra io.ReaderAt, h *Header, fileSize int64, m
 				continue // reads as zeros
 			}
 			if host%cs != 0 {
-				return fmt.Errorf("corrupt qcow2: data cluster for guest offset %#x at unaligned host offset %#x", guest, host)
+				return invalidf("corrupt qcow2: data cluster for guest offset %#x at unaligned host offset %#x", guest, host)
 			}
 			if host+length > fileSize {
-				return fmt.Errorf("corrupt qcow2: data cluster for guest offset %#x at %#x runs past the end of the %d-byte file (truncated image?)", guest, host, fileSize)
+				return invalidf("corrupt qcow2: data cluster for guest offset %#x at %#x runs past the end of the %d-byte file (truncated image?)", guest, host, fileSize)
 			}
 			p.add(Extent{Guest: guest, Host: host, Length: length})
 		}

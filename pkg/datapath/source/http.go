@@ -190,18 +190,20 @@ func (h *HTTP) newRequest(ctx context.Context) (*http.Request, error) {
 	return req, nil
 }
 
-// statusError is a non-retryable HTTP failure.
-type statusError struct {
-	code int
-	msg  string
+// StatusError is a failure that retrying the same request cannot fix
+// now: an HTTP 4xx, or a server that breaks the Range protocol.
+type StatusError struct {
+	Code int // HTTP status, 0 for protocol violations
+	Msg  string
 }
 
-func (e *statusError) Error() string { return e.msg }
+func (e *StatusError) Error() string { return e.Msg }
 
-// Permanent reports whether retrying cannot help: the server refused the
-// request itself (4xx), rather than being busy or timing out.
-func (e *statusError) Permanent() bool {
-	return e.code >= 400 && e.code < 500 && e.code != http.StatusRequestTimeout && e.code != http.StatusTooManyRequests
+// Permanent reports whether a later retry of the whole import is pointless
+// (client errors such as 401, 403, 404, 416), as opposed to a server that
+// may behave differently later.
+func (e *StatusError) Permanent() bool {
+	return e.Code >= 400 && e.Code < 500 && e.Code != http.StatusRequestTimeout && e.Code != http.StatusTooManyRequests
 }
 
 func describeStatus(u string, code int) error {
@@ -212,7 +214,7 @@ func describeStatus(u string, code int) error {
 	case http.StatusNotFound:
 		msg += " (check the URL)"
 	}
-	return &statusError{code: code, msg: msg}
+	return &StatusError{Code: code, Msg: msg}
 }
 
 // resumable reads [pos, end) (end -1 = to the object's end).
@@ -249,7 +251,7 @@ func (r *resumable) connect(first bool) error {
 		if err == nil {
 			return nil
 		}
-		var se *statusError
+		var se *StatusError
 		if errors.As(err, &se) || r.ctx.Err() != nil {
 			return err
 		}
@@ -299,11 +301,11 @@ func (r *resumable) try(first bool) error {
 		start, total, perr := parseContentRange(resp.Header.Get("Content-Range"))
 		if perr != nil || start != r.pos {
 			resp.Body.Close()
-			return &statusError{msg: fmt.Sprintf("GET %s: server answered the Range request for byte %d with %q", r.h, r.pos, resp.Header.Get("Content-Range"))}
+			return &StatusError{Msg: fmt.Sprintf("GET %s: server answered the Range request for byte %d with %q", r.h, r.pos, resp.Header.Get("Content-Range"))}
 		}
 		if r.h.size >= 0 && total >= 0 && total != r.h.size {
 			resp.Body.Close()
-			return &statusError{msg: fmt.Sprintf("GET %s: object size changed from %d to %d bytes during the download", r.h, r.h.size, total)}
+			return &StatusError{Msg: fmt.Sprintf("GET %s: object size changed from %d to %d bytes during the download", r.h, r.h.size, total)}
 		}
 		if r.h.size < 0 && total >= 0 {
 			r.h.size = total
@@ -313,10 +315,10 @@ func (r *resumable) try(first bool) error {
 		}
 	case ranged && resp.StatusCode == http.StatusOK:
 		resp.Body.Close()
-		return &statusError{msg: fmt.Sprintf("GET %s: server ignored the Range request for byte %d or the object changed; cannot resume", r.h, r.pos)}
+		return &StatusError{Msg: fmt.Sprintf("GET %s: server ignored the Range request for byte %d or the object changed; cannot resume", r.h, r.pos)}
 	case resp.StatusCode == http.StatusRequestedRangeNotSatisfiable:
 		resp.Body.Close()
-		return &statusError{code: resp.StatusCode, msg: fmt.Sprintf("GET %s: server has no bytes at offset %d although it announced %d bytes (it lied about the Content-Length or the object shrank)", r.h, r.pos, r.h.size)}
+		return &StatusError{Code: resp.StatusCode, Msg: fmt.Sprintf("GET %s: server has no bytes at offset %d although it announced %d bytes (it lied about the Content-Length or the object shrank)", r.h, r.pos, r.h.size)}
 	case resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusRequestTimeout:
 		resp.Body.Close()
 		return fmt.Errorf("GET %s: HTTP %d", r.h, resp.StatusCode)

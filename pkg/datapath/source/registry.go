@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 )
@@ -135,6 +136,13 @@ func (r *Registry) remoteLayers(ctx context.Context, ref string) ([]layerOpener,
 	img, err := remote.Image(parsed, remote.WithContext(ctx), remote.WithTransport(tr), remote.WithAuth(auth),
 		remote.WithPlatform(v1.Platform{OS: "linux", Architecture: r.cfg.Architecture}))
 	if err != nil {
+		var te *transport.Error
+		if errors.As(err, &te) && te.StatusCode >= 400 && te.StatusCode < 500 {
+			return nil, &StatusError{Code: te.StatusCode, Msg: fmt.Sprintf("failed to pull image %s: %v", parsed, err)}
+		}
+		if strings.Contains(err.Error(), "no child with platform") {
+			return nil, &StatusError{Code: http.StatusNotFound, Msg: fmt.Sprintf("failed to pull image %s: %v", parsed, err)}
+		}
 		return nil, fmt.Errorf("failed to pull image %s: %w", parsed, err)
 	}
 	ls, err := img.Layers()

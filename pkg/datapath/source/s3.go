@@ -130,9 +130,9 @@ func describeS3(err error) error {
 	resp := minio.ToErrorResponse(err)
 	switch resp.Code {
 	case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch":
-		return fmt.Errorf("access denied (check the credentials in the secret): %w", err)
+		return &StatusError{Code: http.StatusForbidden, Msg: "access denied (check the credentials in the secret): " + err.Error()}
 	case "NoSuchKey", "NoSuchBucket":
-		return fmt.Errorf("not found (check the URL): %w", err)
+		return &StatusError{Code: http.StatusNotFound, Msg: "not found (check the URL): " + err.Error()}
 	}
 	return err
 }
