@@ -153,6 +153,7 @@ func Import(ctx context.Context, src source.Source, opt Options) (res *Result, e
 		}
 	}
 
+	outerHdr := append([]byte(nil), hdr...)
 	in := io.Reader(outer)
 	for res.Format.IsCompression() {
 		if len(res.Wrappers) == maxWrappers {
@@ -194,6 +195,11 @@ func Import(ctx context.Context, src source.Source, opt Options) (res *Result, e
 		if len(res.Wrappers) == 0 && opt.Size > 0 && src.Size() > opt.Size {
 			return nil, fmt.Errorf("%w: the source has %d bytes but only %d are usable", ErrTooBig, src.Size(), opt.Size)
 		}
+		if len(res.Wrappers) == 1 && opt.Size > 0 {
+			if n, ok := format.MinDecompressedSize(res.Wrappers[0], outerHdr, tailBytes(ctx, src)); ok && n > opt.Size {
+				return nil, fmt.Errorf("%w: the %s stream holds at least %d bytes but only %d are usable", ErrTooBig, res.Wrappers[0], n, opt.Size)
+			}
+		}
 		if rg, ok := src.(source.Ranger); ok && len(res.Wrappers) == 0 && opt.Checksum == nil && rg.CanRange() && rg.Size() >= parallelRawMin {
 			rc.Close()
 			return importRawRanged(ctx, rg, opt, res)
@@ -216,6 +222,21 @@ func Import(ctx context.Context, src source.Source, opt Options) (res *Result, e
 	default:
 		return importViaScratch(ctx, in, outer, hasher, opt, res)
 	}
+}
+
+// tailBytes returns the last bytes of a Range-capable source (for the
+// size fields compressors keep at the end), or nil.
+func tailBytes(ctx context.Context, src source.Source) []byte {
+	rg, ok := src.(source.Ranger)
+	if !ok || !rg.CanRange() || rg.Size() <= 0 {
+		return nil
+	}
+	n := min(int64(format.TailSize), rg.Size())
+	b := make([]byte, n)
+	if _, err := source.ReaderAt(ctx, rg).ReadAt(b, rg.Size()-n); err != nil {
+		return nil
+	}
+	return b
 }
 
 func peek(br *bufio.Reader) ([]byte, error) {

@@ -247,6 +247,8 @@ func TestHostileInputs(t *testing.T) {
 	// Copies of good images for lying servers.
 	os.Link(f.raw, filepath.Join(dir, "disk.raw"))
 	os.Link(filepath.Join(f.dir, "disk.raw.gz"), filepath.Join(dir, "disk.raw.gz"))
+	os.Link(filepath.Join(f.dir, "disk.raw.xz"), filepath.Join(dir, "disk.raw.xz"))
+	os.Link(filepath.Join(f.dir, "disk.raw.zst"), filepath.Join(dir, "disk.raw.zst"))
 	os.Link(filepath.Join(f.dir, "disk.vdi"), filepath.Join(dir, "disk.vdi"))
 	os.Link(filepath.Join(f.dir, "disk-zlib.qcow2"), filepath.Join(dir, "disk-zlib.qcow2"))
 	srv := testimg.NewServer(t, dir, false)
@@ -255,6 +257,8 @@ func TestHostileInputs(t *testing.T) {
 	noRange := testimg.NewServer(t, dir, false)
 	noRange.NoRange = true
 	noRange.DropAfter = 1 << 20
+	plain := testimg.NewServer(t, dir, false) // honest, but no Range support
+	plain.NoRange = true
 
 	rawSum, _ := ParseChecksum("sha256:" + f.rawSHA)
 	fileSum := func(p string) *Checksum {
@@ -280,7 +284,10 @@ func TestHostileInputs(t *testing.T) {
 		{name: "wrong checksum qcow2", url: srv.FileURL("disk-zlib.qcow2"), opt: Options{Checksum: mustSum(t, "md5:"+strings.Repeat("00", 16))}, is: ErrChecksum},
 		{name: "raw too big", url: srv.FileURL("disk.raw"), opt: Options{Size: imgSize - 1<<20}, is: ErrTooBig, want: "before"},
 		{name: "qcow2 too big", url: srv.FileURL("disk-zlib.qcow2"), opt: Options{Size: imgSize - 1<<20}, is: ErrTooBig},
-		{name: "gzip bomb bounded", url: srv.FileURL("disk.raw.gz"), opt: Options{Size: 4 << 20}, is: ErrTooBig},
+		{name: "gzip too big, known early", url: srv.FileURL("disk.raw.gz"), opt: Options{Size: 4 << 20}, is: ErrTooBig, want: "at least"},
+		{name: "xz too big, known early", url: srv.FileURL("disk.raw.xz"), opt: Options{Size: 4 << 20}, is: ErrTooBig, want: "at least"},
+		{name: "zstd too big, known early", url: plain.FileURL("disk.raw.zst"), opt: Options{Size: 4 << 20}, is: ErrTooBig, want: "at least"},
+		{name: "gzip bomb bounded", url: plain.FileURL("disk.raw.gz"), opt: Options{Size: 4 << 20}, is: ErrTooBig, want: "data reaches"},
 		{name: "vdi too big", url: srv.FileURL("disk.vdi"), opt: Options{Size: 8 << 20}, is: ErrTooBig},
 		{name: "vdi without scratch", url: srv.FileURL("disk.vdi"), opt: Options{}, is: ErrScratchRequired},
 		{name: "dropped connection without range support", url: noRange.FileURL("disk.raw"), want: "does not support Range"},
