@@ -84,12 +84,14 @@ func (c *Cluster) startStorage(ctx context.Context) error {
 		return err
 	}
 	if _, err := c.run("csi-snapshotter", nil, filepath.Join(sidecars, "csi-snapshotter"),
-		csiAddr, "--kubeconfig="+kc, "--leader-election=false", "--timeout=60s", "--v=2",
+		csiAddr, "--kubeconfig="+kc, "--leader-election=false", "--timeout=60s",
+		"--retry-interval-start=500ms", "--retry-interval-max=5s", "--v=2",
 	); err != nil {
 		return err
 	}
 	if _, err := c.run("snapshot-controller", nil, filepath.Join(sidecars, "snapshot-controller"),
-		"--kubeconfig="+kc, "--leader-election=false", "--v=2",
+		"--kubeconfig="+kc, "--leader-election=false",
+		"--retry-interval-start=500ms", "--retry-interval-max=5s", "--v=2",
 	); err != nil {
 		return err
 	}
@@ -133,18 +135,23 @@ func goCmd(dir string, args ...string) (string, error) {
 }
 
 // installSnapshotCRDs applies the VolumeSnapshot, VolumeSnapshotContent and
-// VolumeSnapshotClass CRDs that the snapshot client module ships, and waits
-// until they are established.
+// VolumeSnapshotClass CRDs (and the group-snapshot ones) that the snapshot
+// client module ships, and waits until they are established.
 func (c *Cluster) installSnapshotCRDs(ctx context.Context, dyn dynamic.Interface) error {
 	dir, err := c.snapshotCRDDir()
 	if err != nil {
 		return err
 	}
 	var names []string
+	// The group-snapshot CRDs are optional, but without them the
+	// snapshot-controller spends its first 30 s waiting for them.
 	for _, f := range []string{
 		"snapshot.storage.k8s.io_volumesnapshotclasses.yaml",
 		"snapshot.storage.k8s.io_volumesnapshotcontents.yaml",
 		"snapshot.storage.k8s.io_volumesnapshots.yaml",
+		"groupsnapshot.storage.k8s.io_volumegroupsnapshotclasses.yaml",
+		"groupsnapshot.storage.k8s.io_volumegroupsnapshotcontents.yaml",
+		"groupsnapshot.storage.k8s.io_volumegroupsnapshots.yaml",
 	} {
 		data, err := os.ReadFile(filepath.Join(dir, f))
 		if err != nil {

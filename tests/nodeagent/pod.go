@@ -21,7 +21,7 @@ import (
 )
 
 const (
-	volumeRetryInterval = time.Second
+	volumeRetryInterval = 250 * time.Millisecond
 	maxBackoff          = 10 * time.Second
 )
 
@@ -198,6 +198,7 @@ func (w *podWorker) start(ctx context.Context) error {
 	w.mu.Unlock()
 	w.publishStatus(ctx)
 
+	retryIn := volumeRetryInterval
 	for {
 		vols, err := w.setupVolumes(ctx, w.current())
 		if err == nil {
@@ -211,8 +212,11 @@ func (w *podWorker) start(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(volumeRetryInterval):
+		case <-time.After(retryIn):
 		}
+		// Retry quickly at first (a claim is often bound a moment later),
+		// then back off as the kubelet does.
+		retryIn = min(retryIn*2, 8*time.Second)
 		if w.isDeleting() {
 			return errPodGone
 		}
