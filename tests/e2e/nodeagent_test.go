@@ -217,6 +217,19 @@ func TestPodNetworkAndReadiness(t *testing.T) {
 		t.Fatalf("pod-to-pod GET got %q", msg)
 	}
 
+	// The pod's routes reach the pod subnet through the host and nothing
+	// else: no default route, so nothing leaves the machine.
+	routes := runToCompletion(t, ns, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "routes"},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers:    []corev1.Container{{Name: "main", Image: shellImage, Command: []string{"sh", "-c", "ip -4 route > /dev/termination-log"}}},
+		},
+	})
+	if strings.Contains(routes, "default") || !strings.Contains(routes, cl.PodSubnet) {
+		t.Fatalf("pod routes:\n%s\nwant a route to %s and no default route", routes, cl.PodSubnet)
+	}
+
 	probed := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "probed"},
 		Spec: corev1.PodSpec{
