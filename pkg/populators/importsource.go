@@ -352,6 +352,7 @@ const (
 	certMountDir         = "/certs"
 	secretHeadersDir     = "/extraheaders"
 	dataVolumeName       = "cdi-data-vol"
+	scratchVolumeName    = "cdi-scratch-vol"
 	dataMountDir         = "/data"
 	defaultImporterImage = "kubefill/kubefill:dev"
 )
@@ -423,6 +424,11 @@ func (k *ImportKind) newPod(ctx context.Context, c client.Client, target, prime 
 	} else {
 		container.VolumeMounts = []corev1.VolumeMount{{Name: dataVolumeName, MountPath: dataMountDir}}
 	}
+	// Scratch space for the formats qemu-img converts from a local file
+	// (vmdk, vdi, vhd, vhdx, registry layers); bounded by the claim's size.
+	volumes = append(volumes, corev1.Volume{Name: scratchVolumeName, VolumeSource: corev1.VolumeSource{
+		EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &size}}})
+	container.VolumeMounts = append(container.VolumeMounts, corev1.VolumeMount{Name: scratchVolumeName, MountPath: importer.DefaultScratchDir})
 	if ep.CertConfigMap != "" {
 		volumes = append(volumes, corev1.Volume{Name: "cdi-cert-vol", VolumeSource: corev1.VolumeSource{
 			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: ep.CertConfigMap}}}})

@@ -395,3 +395,26 @@ func TestStorageSpecCompletedFromProfile(t *testing.T) {
 		t.Errorf("blank image has size %q", size)
 	}
 }
+
+// TestVmdkImportThroughScratch imports a vmdk, which goes through the
+// importer's scratch space and qemu-img, and checks the bytes.
+func TestVmdkImportThroughScratch(t *testing.T) {
+	c := startKubefill(t)
+	ns := newNamespace(t)
+	dir := t.TempDir()
+	name, virtualSize, want := testImage(t, dir)
+	run(t, "qemu-img", "convert", "-f", "qcow2", "-O", "vmdk", filepath.Join(dir, name), filepath.Join(dir, "disk.vmdk"))
+	if err := c.Create(context.Background(), httpDV(ns, "vmdk", imageServer(t, dir)+"/disk.vmdk", cluster.StorageClassImmediate)); err != nil {
+		t.Fatal(err)
+	}
+	dv, seen := waitDataVolume(t, c, ns, "vmdk", 3*time.Minute, func(dv *cdiv1.DataVolume) bool {
+		return dv.Status.Phase == cdiv1.Succeeded || dv.Status.Phase == cdiv1.Failed
+	})
+	t.Logf("phases %v", seen)
+	if dv.Status.Phase != cdiv1.Succeeded {
+		t.Fatalf("vmdk import ended %s: %+v", dv.Status.Phase, runningCondition(dv))
+	}
+	if got := claimSHA256(t, ns, "vmdk", virtualSize); got != want {
+		t.Errorf("claim holds sha256 %s, qemu-img convert gives %s", got, want)
+	}
+}
