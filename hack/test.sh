@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs Kubefill's tests. With no argument it runs every stage in order:
-#   checks       gofmt, go vet, generated files up to date, API module builds alone
+#   checks       gofmt, go.mod tidy, go vet, generated files up to date, API module builds alone
 #   unit         go test over the product packages and the API module
 #   integration  tests/integration against a real kube-apiserver and etcd
 #   e2e          tests/e2e on the local cluster (real controllers, CSI, pods)
@@ -21,6 +21,7 @@ has_go_files() { [ -d "$1" ] && [ -n "$(find "$1" -name '*.go' -print -quit)" ];
 run_checks() {
   stage "checks"
   make --no-print-directory fmt
+  go mod tidy -diff || { echo "go.mod is not tidy: run 'go mod tidy'"; exit 1; }
   go vet ./...
   (cd "$API_DIR" && go vet ./... && go build ./...)
   make --no-print-directory verify-generated
