@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # The main job (`make dev`): brings up the local single-node cluster with real
-# storage and shows it working: a PVC on the default storage class is
-# provisioned by the real external-provisioner through our hostpath CSI
-# driver, bound by the real PV controller, written by one pod and read back
-# by another. The cluster stays up; `bash hack/dev.sh down` removes
+# storage and Kubefill's controller, and shows it working: a PVC on the
+# default storage class is provisioned by the real external-provisioner
+# through our hostpath CSI driver, bound by the real PV controller, written by
+# one pod and read back by another; then a DataVolume imports a small qcow2
+# over HTTP, its phase and progress are printed, and a pod checks the bytes
+# against qemu-img's conversion. The cluster stays up; `bash hack/dev.sh down` removes
 # everything it made (processes, mounts, network namespaces, veths, files).
 #
 #   bash hack/dev.sh          # or: bash hack/dev.sh up
 #   bash hack/dev.sh down
+#   bash hack/dev.sh check    # up, the demo, then down (leaves nothing behind)
 #
 # KUBEFILL_DEV_DIR (default /tmp/kubefill-dev) holds the cluster's state,
 # kubeconfigs, logs and volumes. Needs root.
@@ -43,10 +46,11 @@ case "$action" in
     bash hack/sidecars.sh >/dev/null
     log "helper binary"
     build_helper
-    "$BIN" up --dir "$DIR"
+    "$BIN" up --dir "$DIR" --kubefill
     KUBECONFIG="$DIR/admin.kubeconfig"
-    log "demo: a PVC provisioned, bound, written by a pod and read back by another"
-    "$BIN" demo --kubeconfig "$KUBECONFIG"
+    log "demo: a PVC provisioned, bound, written by a pod and read back by another;"
+    log "      then a qcow2 imported through a DataVolume by Kubefill, bytes checked"
+    "$BIN" demo --kubeconfig "$KUBECONFIG" --import-from-dir "$DIR"
     cat <<EOF
 
 The local cluster is up ($(( $(date +%s) - start ))s including builds).
@@ -60,10 +64,19 @@ The local cluster is up ($(( $(date +%s) - start ))s including builds).
   binary built from this checkout, busybox-like images run the host's shell.
   Component logs: $DIR/logs/   Pod logs: $DIR/node/pods/<pod uid>/containers/<name>/current.log
 
+  Kubefill's CRDs are installed and its controller (built from this checkout)
+  runs as part of the cluster: $DIR/logs/kubefill-controller.log
+
 Next steps:
-  go run ./cmd/kubefill controller --kubeconfig \$KUBECONFIG   (Kubefill's controller against this cluster)
-  bash hack/dev.sh down                                     (remove everything)
+  create DataVolumes (cdi.kubevirt.io/v1beta1) against \$KUBECONFIG
+  bash hack/dev.sh down     (remove everything)
 EOF
+    ;;
+  check)
+    # Up, the demo, and down again whatever happened: the whole main job in
+    # one command that leaves nothing behind.
+    trap 'bash "$ROOT/hack/dev.sh" down' EXIT
+    bash "$ROOT/hack/dev.sh" up
     ;;
   down)
     if [ ! -x "$BIN" ]; then
@@ -72,7 +85,7 @@ EOF
     "$BIN" down --dir "$DIR"
     ;;
   *)
-    echo "usage: bash hack/dev.sh [up|down]" >&2
+    echo "usage: bash hack/dev.sh [up|down|check]" >&2
     exit 2
     ;;
 esac

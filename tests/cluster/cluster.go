@@ -52,6 +52,10 @@ type Options struct {
 	Storage bool
 	// NodeAgent starts the node agent, which registers a Node and runs pods.
 	NodeAgent bool
+	// Kubefill installs Kubefill's CRDs (manifests/crd) and runs its
+	// controller from this checkout against the cluster (needs NodeAgent,
+	// whose build of the kubefill binary it uses).
+	Kubefill bool
 	// Detach lets the processes outlive the caller (for `kubefill-dev up`).
 	Detach bool
 	// KeepDir keeps Dir after Stop (logs stay readable).
@@ -194,6 +198,11 @@ func (c *Cluster) start(ctx context.Context) error {
 	}
 	if c.opts.NodeAgent {
 		if err := c.startNodeAgent(ctx); err != nil {
+			return err
+		}
+	}
+	if c.opts.Kubefill {
+		if err := c.startKubefill(ctx); err != nil {
 			return err
 		}
 	}

@@ -142,7 +142,7 @@ func (c *Cluster) installSnapshotCRDs(ctx context.Context, dyn dynamic.Interface
 	if err != nil {
 		return err
 	}
-	var names []string
+	var files []string
 	// The group-snapshot CRDs are optional, but without them the
 	// snapshot-controller spends its first 30 s waiting for them.
 	for _, f := range []string{
@@ -153,7 +153,16 @@ func (c *Cluster) installSnapshotCRDs(ctx context.Context, dyn dynamic.Interface
 		"groupsnapshot.storage.k8s.io_volumegroupsnapshotcontents.yaml",
 		"groupsnapshot.storage.k8s.io_volumegroupsnapshots.yaml",
 	} {
-		data, err := os.ReadFile(filepath.Join(dir, f))
+		files = append(files, filepath.Join(dir, f))
+	}
+	return applyCRDs(ctx, dyn, files)
+}
+
+// applyCRDs creates the CRDs in files and waits until they are established.
+func applyCRDs(ctx context.Context, dyn dynamic.Interface, files []string) error {
+	var names []string
+	for _, f := range files {
+		data, err := os.ReadFile(f)
 		if err != nil {
 			return fmt.Errorf("read CRD: %w", err)
 		}

@@ -14,6 +14,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
+
+	"github.com/kubefill/kubefill/tests/cluster"
 )
 
 const demoNamespace = "kubefill-demo"
@@ -24,6 +26,7 @@ const demoNamespace = "kubefill-demo"
 func runDemo(args []string) error {
 	fs := flag.NewFlagSet("demo", flag.ExitOnError)
 	kubeconfig := fs.String("kubeconfig", "", "admin kubeconfig of the cluster")
+	importDir := fs.String("import-from-dir", "", "also import a qcow2 through a DataVolume (needs Kubefill's controller, `up --kubefill`); the cluster dir `up` used")
 	_ = fs.Parse(args)
 	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
 	if err != nil {
@@ -33,7 +36,7 @@ func runDemo(args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
 	_, err = client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: demoNamespace}}, metav1.CreateOptions{})
@@ -81,7 +84,14 @@ func runDemo(args []string) error {
 	if got != msg+"\n" {
 		return fmt.Errorf("read back %q, wrote %q", got, msg)
 	}
-	return nil
+	if *importDir == "" {
+		return nil
+	}
+	st, err := cluster.LoadState(*importDir)
+	if err != nil {
+		return err
+	}
+	return runImportDemo(ctx, cfg, client, st.PodSubnet)
 }
 
 func runDemoPod(ctx context.Context, client kubernetes.Interface, name, claim, script string) (string, error) {

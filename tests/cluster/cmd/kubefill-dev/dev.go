@@ -23,6 +23,7 @@ func defaultDevDir() string {
 func runUp(args []string) error {
 	fs := flag.NewFlagSet("up", flag.ExitOnError)
 	dir := fs.String("dir", defaultDevDir(), "directory for the cluster's state, logs and volumes")
+	kubefill := fs.Bool("kubefill", false, "also install Kubefill's CRDs and run its controller from this checkout")
 	_ = fs.Parse(args)
 	self, err := os.Executable()
 	if err != nil {
@@ -42,6 +43,7 @@ func runUp(args []string) error {
 		Dir:          *dir,
 		Storage:      true,
 		NodeAgent:    true,
+		Kubefill:     *kubefill,
 		Detach:       true,
 		KeepDir:      true,
 		HelperBinary: self,

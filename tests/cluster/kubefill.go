@@ -1,0 +1,55 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"k8s.io/client-go/dynamic"
+)
+
+// startKubefill installs Kubefill's CRDs and starts `kubefill controller`
+// from this checkout as one of the cluster's processes.
+func (c *Cluster) startKubefill(ctx context.Context) error {
+	t0 := time.Now()
+	if c.kubefillBin == "" {
+		return errors.New("the kubefill binary did not build; cannot run the Kubefill controller")
+	}
+	files, err := filepath.Glob(filepath.Join(c.repo, "manifests", "crd", "*.yaml"))
+	if err != nil {
+		return err
+	}
+	if len(files) == 0 {
+		return fmt.Errorf("no CRDs in %s", filepath.Join(c.repo, "manifests", "crd"))
+	}
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		return fmt.Errorf("dynamic client: %w", err)
+	}
+	if err := applyCRDs(ctx, dyn, files); err != nil {
+		return err
+	}
+	rec, err := c.run("kubefill-controller", nil, c.kubefillBin, "controller",
+		"--kubeconfig="+c.Kubeconfig,
+		"--leader-elect=false",
+		"--metrics-bind-address=0",
+		"--health-probe-bind-address=0",
+		"--worker-image=kubefill/kubefill:dev",
+	)
+	if err != nil {
+		return err
+	}
+	// It has nothing to report readiness through here; make sure it stays up.
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(2 * time.Second):
+	}
+	if !rec.alive() {
+		return fmt.Errorf("kubefill controller exited:\n%s", logTail(rec.LogFile, 30))
+	}
+	c.opts.Logf("cluster: Kubefill CRDs installed and controller running (%s)", time.Since(t0).Round(time.Millisecond))
+	return nil
+}
