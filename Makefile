@@ -10,7 +10,7 @@ CONTROLLER_GEN := $(BIN)/controller-gen
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-dev)
 
 .PHONY: all build generate manifests verify-generated vet fmt test test-unit test-integration test-e2e \
-        bench-import dev dev-down testbin clean help
+        bench-import demo dev dev-down testbin clean help
 
 all: build
 
@@ -60,7 +60,10 @@ test-e2e: ## End-to-end tests on the local cluster
 bench-import: ## Import benchmarks: ratios against qemu-img, curl+qemu-img and cp
 	bash hack/bench-import.sh
 
-dev: ## The main job: a local cluster that imports a disk into a PVC
+demo: ## The main job: a local cluster imports a disk into a PVC through a DataVolume, checks the bytes, tears down
+	bash hack/dev.sh check
+
+dev: ## Bring the local cluster up with Kubefill running and leave it up (make dev-down removes it)
 	bash hack/dev.sh
 
 dev-down: ## Tear the local cluster down
