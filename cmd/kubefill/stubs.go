@@ -14,14 +14,6 @@ func notImplemented(use, short string) *cobra.Command {
 	}
 }
 
-func newUploadServerCommand() *cobra.Command {
-	return notImplemented("uploadserver", "Receive an upload inside the upload pod")
-}
-
-func newUploadProxyCommand() *cobra.Command {
-	return notImplemented("uploadproxy", "Authenticate uploads and proxy them to upload pods")
-}
-
 func newClonerCommand() *cobra.Command {
 	return notImplemented("cloner", "Stream a source volume for a host-assisted clone")
 }

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/resource"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/kubefill/kubefill/pkg/importer"
+	"github.com/kubefill/kubefill/pkg/uploadserver"
+)
+
+// newUploadServerCommand runs the upload server inside an upload pod.
+func newUploadServerCommand() *cobra.Command {
+	cfg := uploadserver.Config{Addr: ":8443", Paths: importer.DefaultPaths(), FilesystemOverhead: importer.DefaultFilesystemOverhad}
+	var verbose bool
+	var imageSize string
+	cmd := &cobra.Command{
+		Use:   "uploadserver",
+		Short: "Receive an upload inside the upload pod",
+		Long: "Serve CDI's upload API over mutual TLS (/v1beta1/upload, upload-async, upload-form, upload-form-async,\n" +
+			"upload-archive, the v1alpha1 aliases and /healthz), write the one uploaded image to the volume through\n" +
+			"the importer's data path, and exit 0 with a JSON termination message once it is on disk.",
+		Example: "  kubefill uploadserver --tls-cert-file /certs/tls.crt --tls-key-file /certs/tls.key \\\n" +
+			"    --client-ca-file /certs/client-ca.crt --image-size 10Gi --owner-uid $UID",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := zap.New(zap.UseDevMode(verbose))
+			ctrllog.SetLogger(log)
+			if imageSize != "" {
+				q, err := resource.ParseQuantity(imageSize)
+				if err != nil {
+					return err
+				}
+				cfg.ImageSize = q.Value()
+			}
+			srv, err := uploadserver.New(cfg, log.WithName("uploadserver"))
+			if err != nil {
+				text, permanent := err.Error(), true
+				_ = importer.WriteTerminationMessage(cfg.Paths.TerminationLog, importer.TerminationMessage{Outcome: importer.OutcomeFailed, Message: &text, Permanent: &permanent})
+				return err
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+			defer stop()
+			return srv.Run(ctx)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Addr, "listen", cfg.Addr, "TLS listen address")
+	f.StringVar(&cfg.CertFile, "tls-cert-file", "", "serving certificate (PEM)")
+	f.StringVar(&cfg.KeyFile, "tls-key-file", "", "serving key (PEM)")
+	f.StringVar(&cfg.ClientCAFile, "client-ca-file", "", "CA bundle the upload proxy's client certificate must chain to")
+	f.StringVar(&cfg.ClientName, "client-name", "", "required common name of the client certificate (empty: any from the CA)")
+	f.StringVar(&cfg.ContentType, "content-type", "kubevirt", "content type of the volume: kubevirt or archive")
+	f.StringVar(&imageSize, "image-size", "", "requested size of the volume, a Kubernetes quantity")
+	f.Float64Var(&cfg.FilesystemOverhead, "filesystem-overhead", cfg.FilesystemOverhead, "fraction of a Filesystem volume kept free")
+	f.BoolVar(&cfg.Preallocation, "preallocation", false, "preallocate the image")
+	f.StringVar(&cfg.Checksum, "checksum", "", "\"algo:hex\" digest every upload must match")
+	f.StringVar(&cfg.OwnerUID, "owner-uid", "", "ownerUID label of the progress metric")
+	f.StringVar(&cfg.Paths.DataPath, "data-path", cfg.Paths.DataPath, "image file on a Filesystem volume")
+	f.StringVar(&cfg.Paths.BlockPath, "block-path", cfg.Paths.BlockPath, "device of a Block volume (used when it exists)")
+	f.StringVar(&cfg.Paths.ScratchDir, "scratch-dir", cfg.Paths.ScratchDir, "scratch directory for formats that need conversion")
+	f.StringVar(&cfg.Paths.TerminationLog, "termination-log", cfg.Paths.TerminationLog, "where the JSON termination message is written")
+	f.BoolVarP(&verbose, "verbose", "v", false, "verbose logging")
+	return cmd
+}

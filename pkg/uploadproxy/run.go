@@ -1,0 +1,122 @@
+package uploadproxy
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/kubefill/kubefill/pkg/apiserver"
+	"github.com/kubefill/kubefill/pkg/token"
+)
+
+// Ways to reach an upload pod.
+const (
+	AddressPodIP   = "pod-ip"
+	AddressService = "service"
+)
+
+// RunOptions configure Run; the command line fills them.
+type RunOptions struct {
+	BindAddress string
+	SecurePort  int
+	// CertFile and KeyFile are the user-facing serving certificate, reloaded
+	// when they change. Both empty: a self-signed one for GeneratedHosts.
+	CertFile, KeyFile string
+	GeneratedHosts    []string
+	// SigningKeyDir is the mounted signing key Secret (id_rsa.pub, and
+	// id_rsa.pub.previous with rotated-at after a rotation).
+	SigningKeyDir string
+	TokenLeeway   time.Duration
+	// Upstream is the proxy's identity towards upload servers.
+	Upstream UpstreamTLS
+	// Address is AddressPodIP or AddressService; UpstreamPort the port to use.
+	Address      string
+	UpstreamPort int
+	// PodWait bounds how long a request waits for the upload pod to be ready.
+	PodWait time.Duration
+	// Listener, if set, replaces BindAddress:SecurePort (tests).
+	Listener net.Listener
+}
+
+// Validate checks the options without touching files or the network.
+func (o *RunOptions) Validate() error {
+	var errs []error
+	if o.Listener == nil && (o.SecurePort <= 0 || o.SecurePort > 65535) {
+		errs = append(errs, fmt.Errorf("--secure-port %d is not a TCP port", o.SecurePort))
+	}
+	if (o.CertFile == "") != (o.KeyFile == "") {
+		errs = append(errs, errors.New("--tls-cert-file and --tls-private-key-file go together"))
+	}
+	if o.SigningKeyDir == "" {
+		errs = append(errs, errors.New("--signing-key-dir is required: mount the public keys of the apiserver's signing key Secret (id_rsa.pub) there"))
+	}
+	if o.Upstream.ClientCertFile == "" || o.Upstream.ClientKeyFile == "" || o.Upstream.CAFile == "" {
+		errs = append(errs, errors.New("--client-cert-file, --client-key-file and --upload-server-ca-file are required: the proxy talks mutual TLS to upload pods"))
+	}
+	if o.Address != AddressPodIP && o.Address != AddressService {
+		errs = append(errs, fmt.Errorf("--upload-server-address must be %q or %q, not %q", AddressPodIP, AddressService, o.Address))
+	}
+	if o.UpstreamPort <= 0 || o.UpstreamPort > 65535 {
+		errs = append(errs, fmt.Errorf("--upload-server-port %d is not a TCP port", o.UpstreamPort))
+	}
+	if o.PodWait < 0 {
+		errs = append(errs, fmt.Errorf("--pod-ready-timeout %s is negative", o.PodWait))
+	}
+	return errors.Join(errs...)
+}
+
+// Run serves the upload proxy until ctx ends.
+func Run(ctx context.Context, restCfg *rest.Config, o RunOptions) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	log := logf.FromContext(ctx).WithName("uploadproxy")
+	keys := &token.DirKeySource{Dir: o.SigningKeyDir, Window: token.DefaultUploadTokenLifetime + o.TokenLeeway}
+	if _, err := keys.PublicKeys(); err != nil {
+		return fmt.Errorf("reading the token signing keys from %s: %w", o.SigningKeyDir, err)
+	}
+	kube, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("building the Kubernetes client: %w", err)
+	}
+	var loc Locator = PodIPLocator{Client: kube, Port: o.UpstreamPort}
+	if o.Address == AddressService {
+		loc = ServiceLocator{Port: o.UpstreamPort}
+	}
+	tr, err := NewUpstreamTransport(o.Upstream)
+	if err != nil {
+		return err
+	}
+	h, err := NewHandler(Options{
+		Validator: token.NewMultiKeyValidator(token.UploadTokenIssuer, keys.PublicKeys, o.TokenLeeway),
+		Resolver:  &KubeResolver{Client: kube, Locator: loc, Wait: o.PodWait},
+		Transport: tr,
+		Log:       log,
+	})
+	if err != nil {
+		return err
+	}
+	tlsCfg, err := apiserver.TLSConfig(apiserver.Options{CertFile: o.CertFile, KeyFile: o.KeyFile, GeneratedHosts: o.GeneratedHosts}, nil)
+	if err != nil {
+		return fmt.Errorf("upload proxy serving certificate: %w", err)
+	}
+	// Users do not present client certificates here.
+	tlsCfg.ClientAuth = tls.NoClientCert
+	ln := o.Listener
+	if ln == nil {
+		ln, err = net.Listen("tcp", net.JoinHostPort(o.BindAddress, strconv.Itoa(o.SecurePort)))
+		if err != nil {
+			return fmt.Errorf("listening: %w", err)
+		}
+	}
+	log.Info("serving uploads", "address", ln.Addr().String(), "uploadServers", o.Address, "podReadyTimeout", o.PodWait)
+	return Serve(ctx, NewServer(h, tlsCfg), ln, 30*time.Second)
+}
