@@ -114,13 +114,14 @@ func (r *KubeResolver) Resolve(ctx context.Context, namespace, name string) (End
 		case TargetInvalid:
 			return Endpoint{}, statusErrorf(http.StatusBadRequest, "%s", d.Reason)
 		}
-		if !time.Now().Add(poll).Before(deadline) {
+		left := time.Until(deadline)
+		if left <= 0 {
 			return Endpoint{}, statusErrorf(http.StatusServiceUnavailable, "%s after waiting %s; retry later", d.Reason, r.Wait)
 		}
 		select {
 		case <-ctx.Done():
 			return Endpoint{}, fmt.Errorf("waiting for the upload pod of %s/%s: %w", namespace, name, ctx.Err())
-		case <-time.After(poll):
+		case <-time.After(min(poll, left)):
 		}
 	}
 }

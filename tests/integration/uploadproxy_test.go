@@ -1,0 +1,260 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+	"github.com/kubefill/kubefill/pkg/importer"
+	"github.com/kubefill/kubefill/pkg/token"
+	"github.com/kubefill/kubefill/pkg/uploadproxy"
+	"github.com/kubefill/kubefill/pkg/uploadserver"
+)
+
+// TestUploadProxyToUploadServer runs `kubefill uploadproxy` (uploadproxy.Run)
+// against the real kube-apiserver and a real upload server on loopback: the
+// proxy follows the PVC to its prime, waits for storage.pod.ready, reads the
+// upload pod's IP, and streams the bytes over mutual TLS onto the volume.
+func TestUploadProxyToUploadServer(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ns := newNamespace(t)
+	prime := "prime-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	dir := t.TempDir()
+
+	// PKI: the upload server's CA and serving certificate for the Service
+	// name, and the client CA that signs the proxy's certificate.
+	serverCA, err := uploadserver.NewCA("upload-server-ca", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientCA, err := uploadserver.NewCA("upload-proxy-client-ca", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvCrt, srvKey, err := serverCA.Issue("cdi-upload-"+prime, []string{uploadproxy.ServiceHost(ns, prime)}, false, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cliCrt, cliKey, err := clientCA.Issue("cdi-uploadproxy", nil, true, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{"srv.crt": srvCrt, "srv.key": srvKey, "client-ca.crt": clientCA.CertPEM, "cli.crt": cliCrt, "cli.key": cliKey, "server-ca.crt": serverCA.CertPEM}
+	for name, b := range files {
+		writeFile(t, dir, name, b)
+	}
+
+	// The upload server, as the upload pod would run it.
+	volume := filepath.Join(dir, "volume")
+	for _, d := range []string{volume, filepath.Join(dir, "scratch")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const imageSize = 8 << 20
+	addrc := make(chan string, 1)
+	us, err := uploadserver.New(uploadserver.Config{
+		Addr: "127.0.0.1:0", CertFile: filepath.Join(dir, "srv.crt"), KeyFile: filepath.Join(dir, "srv.key"), ClientCAFile: filepath.Join(dir, "client-ca.crt"),
+		Paths: importer.Paths{
+			DataPath: filepath.Join(volume, "disk.img"), BlockPath: filepath.Join(dir, "no-block-device"),
+			ScratchDir: filepath.Join(dir, "scratch"), TerminationLog: filepath.Join(dir, "termination-log"),
+		},
+		ImageSize: imageSize, OwnerUID: "uid-1", OnListen: func(a string) { addrc <- a },
+	}, testr.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	usErr := make(chan error, 1)
+	go func() { usErr <- us.Run(ctx) }()
+	var usAddr string
+	select {
+	case usAddr = <-addrc:
+	case err := <-usErr:
+		t.Fatalf("upload server: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("upload server did not listen")
+	}
+	_, usPort, _ := net.SplitHostPort(usAddr)
+	port, _ := strconv.Atoi(usPort)
+
+	// The signing key, mounted as the apiserver's Secret would be.
+	key, err := token.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := token.EncodePublicKeyPEM(&key.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDir := filepath.Join(dir, "signing-key")
+	if err := os.Mkdir(keyDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, keyDir, token.SecretPublicKey, pub)
+	gen := token.NewGenerator(token.UploadTokenIssuer, key, time.Minute)
+
+	// The proxy itself.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxyErr := make(chan error, 1)
+	go func() {
+		proxyErr <- uploadproxy.Run(ctx, cfg, uploadproxy.RunOptions{
+			Listener: ln, GeneratedHosts: []string{"127.0.0.1"}, SigningKeyDir: keyDir, TokenLeeway: 5 * time.Second,
+			Upstream: uploadproxy.UpstreamTLS{ClientCertFile: filepath.Join(dir, "cli.crt"), ClientKeyFile: filepath.Join(dir, "cli.key"), CAFile: filepath.Join(dir, "server-ca.crt")},
+			Address:  uploadproxy.AddressPodIP, UpstreamPort: port, PodWait: 6 * time.Second,
+		})
+	}()
+	proxyURL := "https://" + ln.Addr().String()
+	httpc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, Timeout: 2 * time.Minute} //nolint:gosec // generated self-signed proxy certificate
+	post := func(pvc, path string, body []byte) (int, string) {
+		t.Helper()
+		tok, err := gen.Generate(token.NewUploadPayload(ns, pvc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, _ := http.NewRequest(http.MethodPost, proxyURL+path, bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("Content-Type", "application/octet-stream")
+		resp, err := httpc.Do(req)
+		if err != nil {
+			t.Fatalf("POST %s for %s: %v", path, pvc, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, strings.TrimSpace(string(b))
+	}
+	waitFor(t, 30*time.Second, "the upload proxy to serve /healthz", func() bool {
+		select {
+		case err := <-proxyErr:
+			t.Fatalf("upload proxy exited: %v", err)
+		default:
+		}
+		resp, err := httpc.Get(proxyURL + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+
+	// The claims: a target whose dataSourceRef names a VolumeUploadSource,
+	// its prime, and the prime's upload pod (no kubelet: its IP is set by hand).
+	group := cdiv1.GroupName
+	claimSpec := corev1.PersistentVolumeClaimSpec{
+		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+		Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("8Mi")}},
+	}
+	target := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "disk", Annotations: map[string]string{cdiv1.AnnUploadRequest: "", cdiv1.AnnUsePopulator: "true"}},
+		Spec:       *claimSpec.DeepCopy(),
+	}
+	target.Spec.DataSourceRef = &corev1.TypedObjectReference{APIGroup: &group, Kind: cdiv1.VolumeUploadSourceRef, Name: "disk"}
+	mustCreate(t, target)
+
+	// Before the prime exists the proxy waits, then gives up with 503.
+	short := time.Now()
+	code, body := post("disk", uploadproxy.PathUpload, []byte("x"))
+	t.Logf("no prime yet: %d %s (after %s)", code, body, time.Since(short).Round(time.Millisecond))
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, cdiv1.AnnPVCPrimeName) {
+		t.Fatalf("upload before the prime exists: %d %q, want 503 naming %s", code, body, cdiv1.AnnPVCPrimeName)
+	}
+
+	primePVC := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: prime}, Spec: *claimSpec.DeepCopy()}
+	mustCreate(t, primePVC)
+	patchAnnotations(t, target, map[string]string{cdiv1.AnnPVCPrimeName: prime})
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: uploadproxy.UploadPodName(prime)},
+		Spec: corev1.PodSpec{
+			AutomountServiceAccountToken: ptrTo(false),
+			Containers:                   []corev1.Container{{Name: "server", Image: "kubefill/kubefill:dev", Args: []string{"uploadserver"}}},
+		},
+	}
+	mustCreate(t, pod)
+	pod.Status.PodIP = "127.0.0.1"
+	pod.Status.PodIPs = []corev1.PodIP{{IP: "127.0.0.1"}}
+	if err := k8sClient.Status().Update(ctx, pod); err != nil {
+		t.Fatalf("setting the upload pod's IP: %v", err)
+	}
+
+	// The pod becomes ready a moment after the upload starts: the proxy waits for it.
+	image := make([]byte, 3<<20+512)
+	if _, err := rand.Read(image); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(2 * time.Second)
+		patchAnnotations(t, primePVC, map[string]string{cdiv1.AnnPodReady: "true"})
+	}()
+	start := time.Now()
+	code, body = post("disk", uploadproxy.PathUpload, image)
+	t.Logf("upload through the proxy: %d %q after %s (waited for readiness)", code, body, time.Since(start).Round(time.Millisecond))
+	if code != http.StatusOK {
+		t.Fatalf("upload: %d %q", code, body)
+	}
+	got, err := os.ReadFile(filepath.Join(volume, "disk.img"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) < len(image) || !bytes.Equal(got[:len(image)], image) {
+		t.Fatalf("the volume holds %d bytes that do not start with the %d uploaded", len(got), len(image))
+	}
+	t.Logf("volume holds the %d uploaded bytes (file size %d)", len(image), len(got))
+
+	// Once the population is complete, the proxy refuses without reaching the pod.
+	patchAnnotations(t, target, map[string]string{cdiv1.AnnPopulatedFor: "disk"})
+	code, body = post("disk", uploadproxy.PathUploadAsync, []byte("again"))
+	if code != http.StatusConflict || !strings.Contains(body, "already received its upload") {
+		t.Errorf("upload after completion: %d %q, want 409", code, body)
+	}
+	// A claim that is no upload target, and one that does not exist.
+	mustCreate(t, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "plain"}, Spec: *claimSpec.DeepCopy()})
+	if code, body = post("plain", uploadproxy.PathUpload, []byte("x")); code != http.StatusBadRequest || !strings.Contains(body, "not an upload target") {
+		t.Errorf("upload into a plain claim: %d %q, want 400", code, body)
+	}
+	if code, body = post("missing", uploadproxy.PathUpload, []byte("x")); code != http.StatusNotFound {
+		t.Errorf("upload into a missing claim: %d %q, want 404", code, body)
+	}
+}
+
+func mustCreate(t *testing.T, obj client.Object) {
+	t.Helper()
+	if err := k8sClient.Create(context.Background(), obj); err != nil {
+		t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
+	}
+}
+
+func patchAnnotations(t *testing.T, obj client.Object, ann map[string]string) {
+	t.Helper()
+	orig := obj.DeepCopyObject().(client.Object)
+	a := obj.GetAnnotations()
+	if a == nil {
+		a = map[string]string{}
+	}
+	for k, v := range ann {
+		a[k] = v
+	}
+	obj.SetAnnotations(a)
+	if err := k8sClient.Patch(context.Background(), obj, client.MergeFrom(orig)); err != nil {
+		t.Errorf("annotating %s: %v", obj.GetName(), err)
+	}
+}
