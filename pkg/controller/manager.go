@@ -3,6 +3,7 @@ package controller
 import (
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,6 +31,9 @@ type ManagerOptions struct {
 	WorkerPullPolicy corev1.PullPolicy
 	// UploadProxyURL is published in CDIConfig status unless the spec overrides it.
 	UploadProxyURL string
+	// InstallNamespace holds Kubefill's own objects, such as the upload CAs
+	// (default: $POD_NAMESPACE).
+	InstallNamespace string
 	// SkipNameValidation lets tests run several managers in one process.
 	SkipNameValidation bool
 }
@@ -87,6 +91,24 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
 	}
 	if err := importPopulator.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("registering the import populator: %w", err)
+	}
+	installNS := opts.InstallNamespace
+	if installNS == "" {
+		installNS = os.Getenv("POD_NAMESPACE")
+	}
+	uploadPopulator := &populators.Reconciler{
+		Client:   mgr.GetClient(),
+		Recorder: mgr.GetEventRecorder("upload-populator"),
+		Kind: &populators.UploadKind{
+			Client:     mgr.GetClient(),
+			Reader:     mgr.GetAPIReader(),
+			Namespace:  installNS,
+			Image:      opts.WorkerImage,
+			PullPolicy: opts.WorkerPullPolicy,
+		},
+	}
+	if err := uploadPopulator.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("registering the upload populator: %w", err)
 	}
 	return mgr, nil
 }

@@ -1,0 +1,173 @@
+package integration
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+	"github.com/kubefill/kubefill/pkg/controller"
+	"github.com/kubefill/kubefill/pkg/populators"
+)
+
+func parseCert(t *testing.T, b []byte) *x509.Certificate {
+	t.Helper()
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		t.Fatalf("not PEM: %q", b)
+	}
+	c, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func verifyChain(t *testing.T, what string, leaf, caPEM []byte, usage x509.ExtKeyUsage, dns string) {
+	t.Helper()
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		t.Fatalf("%s: CA is not PEM", what)
+	}
+	if _, err := parseCert(t, leaf).Verify(x509.VerifyOptions{Roots: pool, DNSName: dns, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
+		t.Errorf("%s does not verify: %v", what, err)
+	}
+}
+
+// TestUploadPopulator follows a claim whose dataSourceRef names a
+// VolumeUploadSource: prime, TLS material, Service and upload pod, and the
+// pod's readiness mirrored on the claim for virtctl and the proxy.
+func TestUploadPopulator(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	installNS := newNamespace(t)
+	className := ns + "-csi"
+	fs := corev1.PersistentVolumeFilesystem
+	csiClass(t, className, "hostpath.csi.kubefill.test", storagev1.VolumeBindingImmediate,
+		cdiv1.ClaimPropertySet{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, VolumeMode: &fs})
+	runManager(t, controller.ManagerOptions{MetricsBindAddress: "0", HealthProbeBindAddress: "0", WorkerImage: "kubefill/kubefill:test", InstallNamespace: installNS})
+
+	src := &cdiv1.VolumeUploadSource{ObjectMeta: metav1.ObjectMeta{Name: "up", Namespace: ns}, Spec: cdiv1.VolumeUploadSourceSpec{ContentType: cdiv1.DataVolumeArchive}}
+	if err := k8sClient.Create(ctx, src); err != nil {
+		t.Fatal(err)
+	}
+	target := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "target", Namespace: ns},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName: &className,
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+			DataSourceRef:    &corev1.TypedObjectReference{APIGroup: ptr.To(cdiv1.GroupName), Kind: cdiv1.VolumeUploadSourceRef, Name: "up"},
+		},
+	}
+	if err := k8sClient.Create(ctx, target); err != nil {
+		t.Fatal(err)
+	}
+	prime := &corev1.PersistentVolumeClaim{}
+	waitFor(t, 20*time.Second, "the PVC-prime", func() bool {
+		return k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: populators.PrimeName(target)}, prime) == nil
+	})
+	if _, ok := prime.Annotations[cdiv1.AnnUploadRequest]; !ok || prime.Annotations[cdiv1.AnnContentType] != "archive" {
+		t.Errorf("prime annotations %v: want %s and contentType archive", prime.Annotations, cdiv1.AnnUploadRequest)
+	}
+	name := populators.UploadPodName(prime)
+	pod := &corev1.Pod{}
+	waitFor(t, 20*time.Second, "the upload pod", func() bool {
+		return k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, pod) == nil
+	})
+	c := pod.Spec.Containers[0]
+	args := strings.Join(c.Args, " ")
+	if strings.Join(c.Command, " ") != "kubefill uploadserver" || c.Image != "kubefill/kubefill:test" ||
+		!strings.Contains(args, "--content-type archive") || !strings.Contains(args, "--client-name "+populators.UploadProxyClientName) ||
+		!strings.Contains(args, "--owner-uid "+string(target.UID)) {
+		t.Errorf("upload container: %v %v %s", c.Command, c.Args, c.Image)
+	}
+	if p := c.ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || p.HTTPGet.Scheme != corev1.URISchemeHTTPS || p.HTTPGet.Port.IntValue() != 8443 {
+		t.Errorf("readiness probe %+v, want HTTPS GET /healthz on 8443", c.ReadinessProbe)
+	}
+	mounts := map[string]string{}
+	for _, m := range c.VolumeMounts {
+		mounts[m.MountPath] = m.Name
+	}
+	vols := map[string]corev1.Volume{}
+	for _, v := range pod.Spec.Volumes {
+		vols[v.Name] = v
+	}
+	if v := vols[mounts["/data"]]; v.PersistentVolumeClaim == nil || v.PersistentVolumeClaim.ClaimName != prime.Name {
+		t.Errorf("the prime is not mounted at /data: %+v", pod.Spec.Volumes)
+	}
+	if v := vols[mounts["/scratch"]]; v.EmptyDir == nil || v.EmptyDir.SizeLimit == nil {
+		t.Errorf("no bounded scratch at /scratch: %+v", pod.Spec.Volumes)
+	}
+	if !metav1.IsControlledBy(pod, target) {
+		t.Errorf("upload pod owners %+v, want the target", pod.OwnerReferences)
+	}
+
+	svc := &corev1.Service{}
+	if err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, svc); err != nil {
+		t.Fatalf("upload Service: %v", err)
+	}
+	if !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(pod.Labels)) || len(svc.Spec.Selector) == 0 ||
+		svc.Spec.Ports[0].Port != 443 || svc.Spec.Ports[0].TargetPort.IntValue() != 8443 {
+		t.Errorf("Service %s: selector %v ports %+v, pod labels %v", name, svc.Spec.Selector, svc.Spec.Ports, pod.Labels)
+	}
+
+	// TLS: the pod's serving certificate chains to the upload-server CA for
+	// the Service's name; the proxy's client certificate to the client CA
+	// the pod trusts.
+	serving, serverCA, clientCA, proxy := &corev1.Secret{}, &corev1.Secret{}, &corev1.Secret{}, &corev1.Secret{}
+	for key, s := range map[types.NamespacedName]*corev1.Secret{
+		{Namespace: ns, Name: name}:                                        serving,
+		{Namespace: installNS, Name: populators.UploadServerCASecret}:      serverCA,
+		{Namespace: installNS, Name: populators.UploadProxyClientCASecret}: clientCA,
+		{Namespace: installNS, Name: populators.UploadProxyClientSecret}:   proxy,
+	} {
+		if err := k8sClient.Get(ctx, key, s); err != nil {
+			t.Fatalf("Secret %s: %v", key, err)
+		}
+	}
+	verifyChain(t, "the upload pod's serving certificate", serving.Data["tls.crt"], serverCA.Data["tls.crt"], x509.ExtKeyUsageServerAuth, populators.UploadServiceHost(name, ns))
+	verifyChain(t, "the proxy's client certificate", proxy.Data["tls.crt"], serving.Data["client-ca.crt"], x509.ExtKeyUsageClientAuth, "")
+	if string(proxy.Data["ca.crt"]) != string(serverCA.Data["tls.crt"]) || string(serving.Data["client-ca.crt"]) != string(clientCA.Data["tls.crt"]) {
+		t.Error("the proxy's ca.crt is not the upload-server CA, or the pod's client CA is not the proxy's")
+	}
+	if cn := parseCert(t, proxy.Data["tls.crt"]).Subject.CommonName; cn != populators.UploadProxyClientName {
+		t.Errorf("proxy client certificate CN %q", cn)
+	}
+	if !slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Secret != nil && v.Secret.SecretName == name }) {
+		t.Errorf("the upload pod does not mount its Secret %s", name)
+	}
+
+	waitFor(t, 20*time.Second, "storage.pod.ready=false while the pod is not ready", func() bool {
+		_ = k8sClient.Get(ctx, client2Key(target), target)
+		return target.Annotations[cdiv1.AnnPodReady] == "false" && target.Annotations[cdiv1.AnnPVCPrimeName] == prime.Name
+	})
+	// The kubelet reports the pod ready: the claim says so.
+	pod.Status.Phase = corev1.PodRunning
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: c.Name, Ready: true, Image: c.Image, ImageID: "x",
+		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}
+	if err := k8sClient.Status().Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "storage.pod.ready=true on the target", func() bool {
+		_ = k8sClient.Get(ctx, client2Key(target), target)
+		return target.Annotations[cdiv1.AnnPodReady] == "true" && target.Annotations[cdiv1.AnnPodPhase] == "Running"
+	})
+}
+
+func client2Key(o metav1.Object) types.NamespacedName {
+	return types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}
+}
