@@ -57,7 +57,7 @@ func TestUploadPopulator(t *testing.T) {
 	fs := corev1.PersistentVolumeFilesystem
 	csiClass(t, className, "hostpath.csi.kubefill.test", storagev1.VolumeBindingImmediate,
 		cdiv1.ClaimPropertySet{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, VolumeMode: &fs})
-	runManager(t, controller.ManagerOptions{MetricsBindAddress: "0", HealthProbeBindAddress: "0", WorkerImage: "kubefill/kubefill:test", InstallNamespace: installNS})
+	startUploadManager(t, installNS)
 
 	src := &cdiv1.VolumeUploadSource{ObjectMeta: metav1.ObjectMeta{Name: "up", Namespace: ns}, Spec: cdiv1.VolumeUploadSourceSpec{ContentType: cdiv1.DataVolumeArchive}}
 	if err := k8sClient.Create(ctx, src); err != nil {
@@ -165,6 +165,26 @@ func TestUploadPopulator(t *testing.T) {
 	waitFor(t, 20*time.Second, "storage.pod.ready=true on the target", func() bool {
 		_ = k8sClient.Get(ctx, client2Key(target), target)
 		return target.Annotations[cdiv1.AnnPodReady] == "true" && target.Annotations[cdiv1.AnnPodPhase] == "Running"
+	})
+}
+
+// startUploadManager runs a controller manager whose install namespace is
+// installNS until the test ends.
+func startUploadManager(t *testing.T, installNS string) {
+	t.Helper()
+	mgr, err := controller.NewManager(cfg, controller.ManagerOptions{MetricsBindAddress: "0", HealthProbeBindAddress: "0",
+		WorkerImage: "kubefill/kubefill:test", InstallNamespace: installNS, SkipNameValidation: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager stopped with: %v", err)
+		}
 	})
 }
 
