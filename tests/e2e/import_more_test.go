@@ -23,6 +23,7 @@ import (
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 	"github.com/kubefill/kubefill/pkg/controller"
+	"github.com/kubefill/kubefill/pkg/datapath/testimg"
 	"github.com/kubefill/kubefill/tests/cluster"
 )
 
@@ -30,18 +31,29 @@ import (
 // so that an import lasts long enough to watch.
 func throttledServer(t *testing.T, dir string, bytesPerSec int) string {
 	t.Helper()
+	return serveDir(t, dir, bytesPerSec)
+}
+
+// serveDir serves dir over plain HTTP on the host, at the pod network's
+// gateway address where pods reach it; bytesPerSec > 0 throttles responses.
+func serveDir(t *testing.T, dir string, bytesPerSec int) string {
+	t.Helper()
 	prefix, err := netip.ParsePrefix(cl.PodSubnet)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("pod subnet %q: %v", cl.PodSubnet, err)
 	}
 	ln, err := net.Listen("tcp", "0.0.0.0:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	files := http.FileServer(http.Dir(dir))
-	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		files.ServeHTTP(&slowWriter{ResponseWriter: w, perTick: bytesPerSec / 20}, r)
-	})}
+	var handler http.Handler = http.FileServer(http.Dir(dir))
+	if bytesPerSec > 0 {
+		files := handler
+		handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			files.ServeHTTP(&slowWriter{ResponseWriter: w, perTick: bytesPerSec / 20}, r)
+		})
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return fmt.Sprintf("http://%s:%d", prefix.Addr().Next(), ln.Addr().(*net.TCPAddr).Port)
@@ -142,7 +154,7 @@ func TestHostileAndMissingSourcesFail(t *testing.T) {
 	c := startKubefill(t)
 	ns := newNamespace(t)
 	dir := t.TempDir()
-	run(t, "qemu-img", "create", "-f", "qcow2", "-b", "/etc/hostname", "-F", "raw", filepath.Join(dir, "overlay.qcow2"), "64M")
+	testimg.QemuImg(t, "create", "-f", "qcow2", "-b", "/etc/hostname", "-F", "raw", filepath.Join(dir, "overlay.qcow2"), "64M")
 	base := imageServer(t, dir)
 	cases := []struct{ name, url, message string }{
 		{"not-found", base + "/missing.qcow2", "404"},
@@ -297,7 +309,8 @@ func TestTwentyDataVolumesInParallel(t *testing.T) {
 func startManager(t *testing.T) (client.Client, func()) {
 	t.Helper()
 	mgr, err := controller.NewManager(cl.Config, controller.ManagerOptions{
-		MetricsBindAddress: "0", HealthProbeBindAddress: "0", SkipNameValidation: true, WorkerImage: "kubefill/kubefill:e2e",
+		MetricsBindAddress: "0", HealthProbeBindAddress: "0", SkipNameValidation: true,
+		WorkerImage: "kubefill/kubefill:e2e", WorkerPullPolicy: corev1.PullIfNotPresent,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -403,7 +416,7 @@ func TestVmdkImportThroughScratch(t *testing.T) {
 	ns := newNamespace(t)
 	dir := t.TempDir()
 	name, virtualSize, want := testImage(t, dir)
-	run(t, "qemu-img", "convert", "-f", "qcow2", "-O", "vmdk", filepath.Join(dir, name), filepath.Join(dir, "disk.vmdk"))
+	testimg.QemuImg(t, "convert", "-f", "qcow2", "-O", "vmdk", filepath.Join(dir, name), filepath.Join(dir, "disk.vmdk"))
 	if err := c.Create(context.Background(), httpDV(ns, "vmdk", imageServer(t, dir)+"/disk.vmdk", cluster.StorageClassImmediate)); err != nil {
 		t.Fatal(err)
 	}

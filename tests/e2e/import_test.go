@@ -2,21 +2,15 @@ package e2e
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
-	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,9 +18,11 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
-	"github.com/kubefill/kubefill/pkg/controller"
+	"github.com/kubefill/kubefill/pkg/datapath/testimg"
 	"github.com/kubefill/kubefill/tests/cluster"
 )
 
@@ -37,6 +33,8 @@ var installCRDs sync.Once
 func startKubefill(t *testing.T) client.Client {
 	t.Helper()
 	installCRDs.Do(func() {
+		// The controllers log their errors; the rest stays quiet.
+		ctrllog.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
 		root, err := cluster.RepoRoot()
 		if err != nil {
 			t.Fatal(err)
@@ -45,24 +43,7 @@ func startKubefill(t *testing.T) client.Client {
 			t.Fatalf("installing Kubefill's CRDs: %v", err)
 		}
 	})
-	mgr, err := controller.NewManager(cl.Config, controller.ManagerOptions{
-		MetricsBindAddress: "0", HealthProbeBindAddress: "0", SkipNameValidation: true,
-		WorkerImage: "kubefill/kubefill:e2e", WorkerPullPolicy: corev1.PullIfNotPresent,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	c, err := client.New(cl.Config, client.Options{Scheme: controller.NewScheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, _ := startManager(t)
 	return c
 }
 
@@ -70,18 +51,7 @@ func startKubefill(t *testing.T) client.Client {
 // host, at the pod network's gateway address.
 func imageServer(t *testing.T, dir string) string {
 	t.Helper()
-	prefix, err := netip.ParsePrefix(cl.PodSubnet)
-	if err != nil {
-		t.Fatalf("pod subnet %q: %v", cl.PodSubnet, err)
-	}
-	ln, err := net.Listen("tcp", "0.0.0.0:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.FileServer(http.Dir(dir)), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	return fmt.Sprintf("http://%s:%d", prefix.Addr().Next(), ln.Addr().(*net.TCPAddr).Port)
+	return serveDir(t, dir, 0)
 }
 
 // testImage writes a compressed qcow2 with scattered data into dir and
@@ -111,31 +81,10 @@ func testImage(t *testing.T, dir string) (name string, virtualSize int64, rawSHA
 		t.Fatal(err)
 	}
 	qcow := filepath.Join(dir, "disk.qcow2")
-	run(t, "qemu-img", "convert", "-f", "raw", "-O", "qcow2", "-c", raw, qcow)
+	testimg.QemuImg(t, "convert", "-f", "raw", "-O", "qcow2", "-c", raw, qcow)
 	expected := filepath.Join(dir, "expected.raw")
-	run(t, "qemu-img", "convert", "-f", "qcow2", "-O", "raw", qcow, expected)
-	return "disk.qcow2", size, fileSHA256(t, expected)
-}
-
-func run(t *testing.T, name string, args ...string) {
-	t.Helper()
-	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
-		t.Fatalf("%s %v: %v\n%s", name, args, err, out)
-	}
-}
-
-func fileSHA256(t *testing.T, path string) string {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(h.Sum(nil))
+	testimg.QemuImg(t, "convert", "-f", "qcow2", "-O", "raw", qcow, expected)
+	return "disk.qcow2", size, testimg.FileSHA256(t, expected)
 }
 
 // waitDataVolume polls a DataVolume until done says so, recording every

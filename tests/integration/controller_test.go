@@ -20,26 +20,14 @@ import (
 // must serve our CRD types.
 func TestControllerManagerRuns(t *testing.T) {
 	ns := newNamespace(t)
-	mgr, err := controller.NewManager(cfg, controller.ManagerOptions{
+	mgr := runManager(t, controller.ManagerOptions{
 		MetricsBindAddress:     "0",
 		HealthProbeBindAddress: "127.0.0.1:0",
 		LeaderElection:         true,
 		LeaderElectionID:       "kubefill-controller-test",
 		LeaderElectionNS:       ns,
-		SkipNameValidation:     true,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager stopped with: %v", err)
-		}
-	})
+	ctx := context.Background()
 
 	lease := &coordinationv1.Lease{}
 	waitFor(t, 30*time.Second, "the manager to hold its leader-election Lease", func() bool {

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
@@ -24,9 +25,14 @@ import (
 // apiserver for one test.
 func startControllers(t *testing.T) {
 	t.Helper()
-	mgr, err := controller.NewManager(cfg, controller.ManagerOptions{
-		MetricsBindAddress: "0", HealthProbeBindAddress: "0", WorkerImage: "kubefill/kubefill:test", SkipNameValidation: true,
-	})
+	runManager(t, controller.ManagerOptions{MetricsBindAddress: "0", HealthProbeBindAddress: "0", WorkerImage: "kubefill/kubefill:test"})
+}
+
+// runManager starts a controller manager until the test ends.
+func runManager(t *testing.T, opts controller.ManagerOptions) ctrl.Manager {
+	t.Helper()
+	opts.SkipNameValidation = true
+	mgr, err := controller.NewManager(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,9 +42,10 @@ func startControllers(t *testing.T) {
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
+			t.Errorf("manager stopped with: %v", err)
 		}
 	})
+	return mgr
 }
 
 // csiClass creates a CSI StorageClass and its StorageProfile with the given

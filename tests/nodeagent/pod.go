@@ -143,6 +143,9 @@ func (w *podWorker) run(ctx context.Context) {
 		case <-ctx.Done():
 		case <-time.After(time.Second):
 		}
+		// A status write that failed (conflicts, a loaded apiserver) is
+		// retried here; an unchanged status costs one GET and no write.
+		w.publishStatus(ctx)
 	}
 	w.stopContainers()
 	w.releaseResources()
