@@ -37,6 +37,7 @@ func (r *DataVolumeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&cdiv1.DataVolume{}).
 		Owns(&corev1.PersistentVolumeClaim{}).
 		Owns(&cdiv1.VolumeImportSource{}).
+		Owns(&cdiv1.VolumeUploadSource{}).
 		Complete(r)
 }
 
@@ -72,13 +73,22 @@ func (r *DataVolumeReconciler) reconcileClaim(ctx context.Context, dv *cdiv1.Dat
 		return r.adopt(ctx, dv, pvc)
 	}
 
-	if !IsImport(dv) {
-		msg := fmt.Sprintf("DataVolumes with source %s are not supported by Kubefill yet: imports (http, s3, registry, blank) are", describeSource(dv))
+	var ref *corev1.TypedObjectReference
+	switch {
+	case IsImport(dv):
+		if err := r.ensureImportSource(ctx, dv); err != nil {
+			return ClaimView{}, err
+		}
+		ref = &corev1.TypedObjectReference{APIGroup: ptr.To(cdiv1.GroupName), Kind: cdiv1.VolumeImportSourceRef, Name: ImportSourceName(dv)}
+	case IsUpload(dv):
+		if err := r.ensureUploadSource(ctx, dv); err != nil {
+			return ClaimView{}, err
+		}
+		ref = &corev1.TypedObjectReference{APIGroup: ptr.To(cdiv1.GroupName), Kind: cdiv1.VolumeUploadSourceRef, Name: UploadSourceName(dv)}
+	default:
+		msg := fmt.Sprintf("DataVolumes with source %s are not supported by Kubefill yet: imports (http, s3, registry, blank) and upload are", describeSource(dv))
 		r.event(dv, corev1.EventTypeWarning, "UnsupportedSource", "RenderClaim", msg)
 		return ClaimView{Problem: msg, ProblemReason: "UnsupportedSource"}, nil
-	}
-	if err := r.ensureImportSource(ctx, dv); err != nil {
-		return ClaimView{}, err
 	}
 	spec, className, err := r.renderClaim(ctx, dv)
 	if err != nil {
@@ -86,7 +96,7 @@ func (r *DataVolumeReconciler) reconcileClaim(ctx context.Context, dv *cdiv1.Dat
 		return ClaimView{Problem: err.Error(), ProblemReason: "ErrClaimNotValid"}, nil
 	}
 	spec.DataSource = nil
-	spec.DataSourceRef = &corev1.TypedObjectReference{APIGroup: ptr.To(cdiv1.GroupName), Kind: cdiv1.VolumeImportSourceRef, Name: ImportSourceName(dv)}
+	spec.DataSourceRef = ref
 	pvc = &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: dv.Name, Namespace: dv.Namespace, Labels: claimLabels(dv), Annotations: claimAnnotations(dv)},
 		Spec:       *spec,
@@ -169,6 +179,20 @@ func (r *DataVolumeReconciler) ensureImportSource(ctx context.Context, dv *cdiv1
 	})
 	if err != nil {
 		return fmt.Errorf("writing VolumeImportSource %s: %w", src.Name, err)
+	}
+	return nil
+}
+
+// ensureUploadSource creates the VolumeUploadSource the claim's
+// dataSourceRef names, owned by the DataVolume.
+func (r *DataVolumeReconciler) ensureUploadSource(ctx context.Context, dv *cdiv1.DataVolume) error {
+	src := &cdiv1.VolumeUploadSource{ObjectMeta: metav1.ObjectMeta{Name: UploadSourceName(dv), Namespace: dv.Namespace}}
+	_, err := controllerutil.CreateOrUpdate(ctx, r.Client, src, func() error {
+		src.Spec = UploadSourceFor(dv)
+		return controllerutil.SetControllerReference(dv, src, r.Client.Scheme())
+	})
+	if err != nil {
+		return fmt.Errorf("writing VolumeUploadSource %s: %w", src.Name, err)
 	}
 	return nil
 }
@@ -277,6 +301,11 @@ func claimAnnotations(dv *cdiv1.DataVolume) map[string]string {
 		if v, ok := dv.Annotations[key]; ok {
 			ann[key] = v
 		}
+	}
+	if IsUpload(dv) {
+		// Nothing consumes an upload target before the upload: its upload pod
+		// is the first consumer, so the claim must not wait for another.
+		ann[cdiv1.AnnImmediateBinding] = "true"
 	}
 	if dv.Spec.PriorityClassName != "" {
 		ann[cdiv1.AnnPriorityClassName] = dv.Spec.PriorityClassName

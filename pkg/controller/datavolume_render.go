@@ -20,6 +20,22 @@ func IsImport(dv *cdiv1.DataVolume) bool {
 		(s.HTTP != nil || s.S3 != nil || s.GCS != nil || s.Registry != nil || s.Blank != nil || s.Imageio != nil || s.VDDK != nil)
 }
 
+// IsUpload reports whether a DataVolume waits for an upload.
+func IsUpload(dv *cdiv1.DataVolume) bool {
+	return dv.Spec.SourceRef == nil && dv.Spec.Source != nil && dv.Spec.Source.Upload != nil
+}
+
+// UploadSourceFor renders the VolumeUploadSource spec for an upload DataVolume.
+func UploadSourceFor(dv *cdiv1.DataVolume) cdiv1.VolumeUploadSourceSpec {
+	spec := cdiv1.VolumeUploadSourceSpec{ContentType: dv.Spec.ContentType, Preallocation: dv.Spec.Preallocation}
+	return *spec.DeepCopy()
+}
+
+// UploadSourceName is the name of the VolumeUploadSource a DataVolume owns.
+func UploadSourceName(dv *cdiv1.DataVolume) string {
+	return "volume-upload-source-" + string(dv.UID)
+}
+
 // ImportSourceFor renders the VolumeImportSource spec for an import DataVolume.
 func ImportSourceFor(dv *cdiv1.DataVolume) cdiv1.VolumeImportSourceSpec {
 	s := dv.Spec.Source

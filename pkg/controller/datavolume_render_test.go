@@ -111,3 +111,24 @@ func TestImportSourceFor(t *testing.T) {
 		t.Error("IsImport misjudges http or upload")
 	}
 }
+
+func TestUploadSource(t *testing.T) {
+	dv := &cdiv1.DataVolume{Spec: cdiv1.DataVolumeSpec{
+		Source:      &cdiv1.DataVolumeSource{Upload: &cdiv1.DataVolumeSourceUpload{}},
+		ContentType: cdiv1.DataVolumeArchive, Preallocation: ptr.To(true),
+	}}
+	dv.UID = "u-1"
+	if !IsUpload(dv) || IsImport(dv) {
+		t.Fatalf("IsUpload %v IsImport %v, want an upload", IsUpload(dv), IsImport(dv))
+	}
+	spec := UploadSourceFor(dv)
+	if spec.ContentType != cdiv1.DataVolumeArchive || spec.Preallocation == nil || !*spec.Preallocation || UploadSourceName(dv) != "volume-upload-source-u-1" {
+		t.Errorf("upload source %+v named %s", spec, UploadSourceName(dv))
+	}
+	if ann := claimAnnotations(dv); ann[cdiv1.AnnImmediateBinding] != "true" || ann[cdiv1.AnnContentType] != "archive" {
+		t.Errorf("upload claim annotations %v: want immediate binding and the content type", ann)
+	}
+	if IsUpload(storageDV(cdiv1.StorageSpec{})) {
+		t.Error("an http DataVolume counted as an upload")
+	}
+}

@@ -53,6 +53,30 @@ func TestComputeStatus(t *testing.T) {
 			}
 		})
 	}
+	upload := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Name: "disk"}, Spec: cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{Upload: &cdiv1.DataVolumeSourceUpload{}}}}
+	for _, c := range []struct {
+		name  string
+		ann   map[string]string
+		bound corev1.PersistentVolumeClaimPhase
+		phase cdiv1.DataVolumePhase
+	}{
+		{"claim only", nil, corev1.ClaimPending, cdiv1.Pending},
+		{"prime made", map[string]string{cdiv1.AnnPVCPrimeName: "prime-1"}, corev1.ClaimPending, cdiv1.UploadScheduled},
+		{"pod pending", map[string]string{cdiv1.AnnPVCPrimeName: "prime-1", cdiv1.AnnPodPhase: "Pending", cdiv1.AnnPodReady: "false"}, corev1.ClaimPending, cdiv1.UploadScheduled},
+		{"pod running, not ready", map[string]string{cdiv1.AnnPodPhase: "Running", cdiv1.AnnPodReady: "false"}, corev1.ClaimPending, cdiv1.UploadScheduled},
+		{"pod ready", map[string]string{cdiv1.AnnPodPhase: "Running", cdiv1.AnnPodReady: "true"}, corev1.ClaimPending, cdiv1.UploadReady},
+		{"uploaded, rebind pending", map[string]string{cdiv1.AnnPodPhase: "Succeeded", cdiv1.AnnPodReady: "false"}, corev1.ClaimPending, cdiv1.UploadReady},
+		{"server failed", map[string]string{cdiv1.AnnPodPhase: "Failed"}, corev1.ClaimPending, cdiv1.Failed},
+		{"populated", map[string]string{cdiv1.AnnPopulatedFor: "disk", cdiv1.AnnPodPhase: "Succeeded"}, corev1.ClaimBound, cdiv1.Succeeded},
+	} {
+		st := ComputeStatus(upload, ClaimView{Claim: pvcWith(c.bound, c.ann)})
+		if st.Phase != c.phase {
+			t.Errorf("upload, %s: phase %s, want %s", c.name, st.Phase, c.phase)
+		}
+		if c.phase == cdiv1.Succeeded && st.Conditions[1].Message != "Upload Complete" {
+			t.Errorf("upload, %s: Running %+v", c.name, st.Conditions[1])
+		}
+	}
 	st := ComputeStatus(dv, ClaimView{Claim: pvcWith(corev1.ClaimPending, map[string]string{cdiv1.AnnPodRestarts: "3", cdiv1.AnnPodPhase: "Failed",
 		cdiv1.AnnRunningConditionReason: "Error", cdiv1.AnnRunningConditionMessage: "checksum mismatch"})})
 	if st.RestartCount != 3 || st.Conditions[1].Message != "checksum mismatch" {

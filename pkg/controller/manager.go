@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -12,9 +13,11 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 	"github.com/kubefill/kubefill/pkg/populators"
 )
 
@@ -91,6 +94,16 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
 	}
 	if err := importPopulator.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("registering the import populator: %w", err)
+	}
+	register := manager.RunnableFunc(func(ctx context.Context) error {
+		kinds := []string{cdiv1.VolumeImportSourceRef, cdiv1.VolumeUploadSourceRef, cdiv1.VolumeCloneSourceRef}
+		if err := populators.RegisterVolumePopulators(ctx, mgr.GetClient(), kinds); err != nil {
+			ctrl.Log.WithName("setup").Error(err, "registering VolumePopulators")
+		}
+		return nil
+	})
+	if err := mgr.Add(register); err != nil {
+		return nil, fmt.Errorf("adding VolumePopulator registration: %w", err)
 	}
 	installNS := opts.InstallNamespace
 	if installNS == "" {

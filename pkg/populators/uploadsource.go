@@ -127,6 +127,12 @@ func (k *UploadKind) Fill(ctx context.Context, target, prime *corev1.PersistentV
 		if state.Phase == corev1.PodRunning && !state.Ready {
 			state.RetryAfter = 5 * time.Second
 		}
+		// Clients that follow storage.populator.pvcPrime read readiness on the prime.
+		if ready := strconv.FormatBool(state.Ready); prime.Annotations[cdiv1.AnnPodReady] != ready {
+			if err := patchAnnotations(ctx, k.Client, prime, map[string]string{cdiv1.AnnPodReady: ready}); err != nil {
+				return WorkerState{}, err
+			}
+		}
 		return state, nil
 	}
 	if err := k.ensureServing(ctx, target, prime); err != nil {

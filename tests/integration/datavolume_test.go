@@ -196,8 +196,8 @@ func TestDataVolumeRefusals(t *testing.T) {
 		message string
 		onClaim bool
 	}{
-		{"upload", cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{Upload: &cdiv1.DataVolumeSourceUpload{}}, Storage: &cdiv1.StorageSpec{Resources: size}},
-			"source upload are not supported by Kubefill yet", false},
+		{"snapshot", cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{Snapshot: &cdiv1.DataVolumeSourceSnapshot{Namespace: ns, Name: "snap"}}, Storage: &cdiv1.StorageSpec{Resources: size}},
+			"source snapshot are not supported by Kubefill yet", false},
 		{"no-claim-properties", cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{Blank: &cdiv1.DataVolumeBlankImage{}}, Storage: &cdiv1.StorageSpec{StorageClassName: &bare, Resources: size}},
 			"has no claimPropertySets", false},
 		{"missing-priority-class", cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{Blank: &cdiv1.DataVolumeBlankImage{}}, PriorityClassName: "no-such-class",

@@ -162,10 +162,70 @@ func TestUploadPopulator(t *testing.T) {
 	if err := k8sClient.Status().Update(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "storage.pod.ready=true on the target", func() bool {
+	waitFor(t, 20*time.Second, "storage.pod.ready=true on the target and the prime", func() bool {
 		_ = k8sClient.Get(ctx, client2Key(target), target)
-		return target.Annotations[cdiv1.AnnPodReady] == "true" && target.Annotations[cdiv1.AnnPodPhase] == "Running"
+		_ = k8sClient.Get(ctx, client2Key(prime), prime)
+		return target.Annotations[cdiv1.AnnPodReady] == "true" && target.Annotations[cdiv1.AnnPodPhase] == "Running" &&
+			prime.Annotations[cdiv1.AnnPodReady] == "true"
 	})
+}
+
+// TestDataVolumeUpload: a DataVolume with source upload renders a claim on a
+// VolumeUploadSource it owns, and goes UploadScheduled, then UploadReady
+// once the upload pod is ready.
+func TestDataVolumeUpload(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	installNS := newNamespace(t)
+	className := ns + "-csi"
+	fs := corev1.PersistentVolumeFilesystem
+	csiClass(t, className, "hostpath.csi.kubefill.test", storagev1.VolumeBindingWaitForFirstConsumer,
+		cdiv1.ClaimPropertySet{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, VolumeMode: &fs})
+	startUploadManager(t, installNS)
+	dv := &cdiv1.DataVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "laptop-disk", Namespace: ns},
+		Spec: cdiv1.DataVolumeSpec{
+			Source: &cdiv1.DataVolumeSource{Upload: &cdiv1.DataVolumeSourceUpload{}},
+			Storage: &cdiv1.StorageSpec{StorageClassName: &className,
+				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
+		},
+	}
+	if err := k8sClient.Create(ctx, dv); err != nil {
+		t.Fatal(err)
+	}
+	pvc := &corev1.PersistentVolumeClaim{}
+	waitFor(t, 20*time.Second, "the DataVolume's claim", func() bool {
+		return k8sClient.Get(ctx, client2Key(dv), pvc) == nil
+	})
+	_ = k8sClient.Get(ctx, client2Key(dv), dv)
+	ref := pvc.Spec.DataSourceRef
+	if ref == nil || ref.Kind != cdiv1.VolumeUploadSourceRef || ref.Name != controller.UploadSourceName(dv) || pvc.Annotations[cdiv1.AnnImmediateBinding] != "true" {
+		t.Fatalf("claim dataSourceRef %+v annotations %v", ref, pvc.Annotations)
+	}
+	src := &cdiv1.VolumeUploadSource{}
+	if err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: ref.Name}, src); err != nil || !metav1.IsControlledBy(src, dv) {
+		t.Fatalf("VolumeUploadSource %s: %v owners %+v", ref.Name, err, src.OwnerReferences)
+	}
+	waitFor(t, 20*time.Second, "phase UploadScheduled", func() bool {
+		_ = k8sClient.Get(ctx, client2Key(dv), dv)
+		return dv.Status.Phase == cdiv1.UploadScheduled
+	})
+	_ = k8sClient.Get(ctx, client2Key(pvc), pvc)
+	pod := &corev1.Pod{}
+	podKey := types.NamespacedName{Namespace: ns, Name: "cdi-upload-" + populators.PrimeName(pvc)}
+	waitFor(t, 20*time.Second, "the upload pod", func() bool { return k8sClient.Get(ctx, podKey, pod) == nil })
+	pod.Status.Phase = corev1.PodRunning
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
+	if err := k8sClient.Status().Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "phase UploadReady", func() bool {
+		_ = k8sClient.Get(ctx, client2Key(dv), dv)
+		return dv.Status.Phase == cdiv1.UploadReady
+	})
+	if dv.Annotations[cdiv1.AnnUsePopulator] != "true" {
+		t.Errorf("DataVolume annotations %v: want %s=true", dv.Annotations, cdiv1.AnnUsePopulator)
+	}
 }
 
 // startUploadManager runs a controller manager whose install namespace is
