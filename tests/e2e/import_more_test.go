@@ -431,3 +431,51 @@ func TestVmdkImportThroughScratch(t *testing.T) {
 		t.Errorf("claim holds sha256 %s, qemu-img convert gives %s", got, want)
 	}
 }
+
+// TestDeleteMidImportLeaksNothing deletes a DataVolume while its import
+// runs: the claim, the prime, the importer pod and the prime's volume all go.
+func TestDeleteMidImportLeaksNothing(t *testing.T) {
+	c := startKubefill(t)
+	ns := newNamespace(t)
+	dir := t.TempDir()
+	name := rawImage(t, dir, 16<<20)
+	dv := httpDV(ns, "doomed", throttledServer(t, dir, 1<<20)+"/"+name, cluster.StorageClassImmediate)
+	if err := c.Create(context.Background(), dv); err != nil {
+		t.Fatal(err)
+	}
+	waitDataVolume(t, c, ns, "doomed", 2*time.Minute, func(dv *cdiv1.DataVolume) bool { return dv.Status.Phase == cdiv1.ImportInProgress })
+	target := &corev1.PersistentVolumeClaim{}
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "doomed"}, target); err != nil {
+		t.Fatal(err)
+	}
+	prime := &corev1.PersistentVolumeClaim{}
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: target.Annotations[cdiv1.AnnPVCPrimeName]}, prime); err != nil {
+		t.Fatalf("reading the prime mid-import: %v", err)
+	}
+	volume := prime.Spec.VolumeName
+	if volume == "" {
+		t.Fatal("the prime has no volume mid-import")
+	}
+	if err := c.Delete(context.Background(), dv); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	deadline := start.Add(2 * time.Minute)
+	for {
+		pods, primes := countWorkers(t, c, ns)
+		claims := &corev1.PersistentVolumeClaimList{}
+		if err := c.List(context.Background(), claims, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		pv := &corev1.PersistentVolume{}
+		pvErr := c.Get(context.Background(), types.NamespacedName{Name: volume}, pv)
+		if pods == 0 && primes == 0 && len(claims.Items) == 0 && pvErr != nil {
+			t.Logf("claim, prime, importer and volume %s gone %s after the delete", volume, time.Since(start).Round(time.Millisecond))
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("left after deleting mid-import: %d pods, %d primes, %d claims, volume %s present=%v", pods, primes, len(claims.Items), volume, pvErr == nil)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
