@@ -1,0 +1,154 @@
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+	"github.com/kubefill/kubefill/pkg/populators"
+)
+
+// uploadClient is an HTTPS client that presents the upload proxy's client
+// certificate, as the controller issued it, and verifies the upload pod's
+// serving certificate for the pod's Service name.
+func uploadClient(t *testing.T, c client.Client, installNS, serverName string) *http.Client {
+	t.Helper()
+	s := &corev1.Secret{}
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: installNS, Name: populators.UploadProxyClientSecret}, s); err != nil {
+		t.Fatalf("the proxy's client Secret: %v", err)
+	}
+	cert, err := tls.X509KeyPair(s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(s.Data["ca.crt"]) {
+		t.Fatal("the proxy's client Secret has no ca.crt")
+	}
+	return &http.Client{Timeout: 3 * time.Minute, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: serverName, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+	}}
+}
+
+// TestDataVolumeUploadQcow2 uploads a qcow2 straight to the upload pod (the
+// proxy's part is tested on its own) with the proxy's client certificate:
+// the DataVolume goes UploadScheduled, UploadReady, Succeeded, and the claim
+// holds what qemu-img converts the image to. The pod, its Service and its
+// Secret are gone afterwards.
+func TestDataVolumeUploadQcow2(t *testing.T) {
+	installNS := newNamespace(t)
+	t.Setenv("POD_NAMESPACE", installNS) // the manager's install namespace
+	c := startKubefill(t)
+	ns := newNamespace(t)
+	dir := t.TempDir()
+	name, virtualSize, want := testImage(t, dir)
+
+	dv := &cdiv1.DataVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "laptop", Namespace: ns},
+		Spec: cdiv1.DataVolumeSpec{
+			Source: &cdiv1.DataVolumeSource{Upload: &cdiv1.DataVolumeSourceUpload{}},
+			PVC:    filesystemClaim("128Mi"),
+		},
+	}
+	start := time.Now()
+	if err := c.Create(context.Background(), dv); err != nil {
+		t.Fatal(err)
+	}
+	dv, seen := waitDataVolume(t, c, ns, "laptop", 3*time.Minute, func(dv *cdiv1.DataVolume) bool {
+		return dv.Status.Phase == cdiv1.UploadReady || dv.Status.Phase == cdiv1.Failed
+	})
+	if dv.Status.Phase != cdiv1.UploadReady {
+		t.Fatalf("DataVolume %s before the upload; phases %v", dv.Status.Phase, seen)
+	}
+	ready := time.Since(start)
+	pvc := &corev1.PersistentVolumeClaim{}
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "laptop"}, pvc); err != nil {
+		t.Fatal(err)
+	}
+	if pvc.Annotations[cdiv1.AnnPodReady] != "true" {
+		t.Errorf("claim annotation %s = %q at UploadReady", cdiv1.AnnPodReady, pvc.Annotations[cdiv1.AnnPodReady])
+	}
+	prime := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: pvc.Annotations[cdiv1.AnnPVCPrimeName]}}
+	podName := populators.UploadPodName(prime)
+	pod := &corev1.Pod{}
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: podName}, pod); err != nil {
+		t.Fatalf("upload pod: %v", err)
+	}
+	hc := uploadClient(t, c, installNS, populators.UploadServiceHost(podName, ns))
+	base := "https://" + net.JoinHostPort(pod.Status.PodIP, fmt.Sprint(populators.UploadServerPort))
+
+	// virtctl's probe, then the upload itself.
+	req, _ := http.NewRequest(http.MethodHead, base+"/v1beta1/upload-async", nil)
+	if resp, err := hc.Do(req); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("HEAD upload-async: %v %v", resp, err)
+	}
+	f, err := os.Open(filepath.Join(dir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, _ := f.Stat()
+	req, _ = http.NewRequest(http.MethodPost, base+"/v1beta1/upload", f)
+	req.ContentLength = st.Size()
+	req.Header.Set("Content-Type", "application/octet-stream")
+	upStart := time.Now()
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatalf("upload: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("upload: %d %s", resp.StatusCode, body)
+	}
+	t.Logf("uploaded %d bytes of qcow2 in %s (upload server ready %s after the DataVolume was created)", st.Size(), time.Since(upStart).Round(time.Millisecond), ready.Round(time.Millisecond))
+
+	dv, seen2 := waitDataVolume(t, c, ns, "laptop", 3*time.Minute, func(dv *cdiv1.DataVolume) bool {
+		return dv.Status.Phase == cdiv1.Succeeded || dv.Status.Phase == cdiv1.Failed
+	})
+	t.Logf("phases seen: %v then %v", seen, seen2)
+	if dv.Status.Phase != cdiv1.Succeeded {
+		t.Fatalf("DataVolume ended %s: %+v\nevents:\n%s", dv.Status.Phase, dv.Status.Conditions, eventsFor(ns, "laptop"))
+	}
+	if !strings.Contains(strings.Join(seen, " "), string(cdiv1.UploadScheduled)) {
+		t.Errorf("phase UploadScheduled never seen: %v", seen)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		left := []string{}
+		for _, obj := range []client.Object{&corev1.Pod{}, &corev1.Service{}, &corev1.Secret{}, &corev1.PersistentVolumeClaim{}} {
+			key := types.NamespacedName{Namespace: ns, Name: podName}
+			if _, isClaim := obj.(*corev1.PersistentVolumeClaim); isClaim {
+				key.Name = prime.Name
+			}
+			if err := c.Get(context.Background(), key, obj); err == nil {
+				left = append(left, fmt.Sprintf("%T %s", obj, key.Name))
+			}
+		}
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("left behind after the upload: %v", left)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if got := claimSHA256(t, ns, "laptop", virtualSize); got != want {
+		t.Errorf("claim holds sha256 %s over %d bytes, qemu-img convert gives %s", got, virtualSize, want)
+	}
+}
