@@ -35,9 +35,9 @@ type fakeProxy struct {
 
 type post struct {
 	path, auth, contentType, expect string
-	contentLength                  int64
-	read                           int
-	bodyOK                         bool
+	contentLength                   int64
+	read                            int
+	bodyOK                          bool
 }
 
 func newFakeProxy(t *testing.T, headOK bool, body []byte, script ...int) *fakeProxy {
