@@ -112,16 +112,24 @@ func (k *UploadKind) Fill(ctx context.Context, target, prime *corev1.PersistentV
 	if err != nil && !apierrors.IsNotFound(err) {
 		return WorkerState{}, fmt.Errorf("reading upload pod: %w", err)
 	}
+	restarts, _ := strconv.Atoi(prime.Annotations[annUploadRestarts])
 	if err == nil {
 		state := PodState(pod)
+		state.Restarts += int32(restarts)
 		if state.Phase == corev1.PodFailed && !state.Permanent {
-			// The upload server died (not a bad upload: that is answered with a
-			// 4xx and the server stays up). Start a fresh one.
+			// The upload server stopped: an async upload that could not be
+			// written after its client was answered, or a crash. (A bad upload
+			// answered with a 4xx leaves the server up.) Start a fresh one and
+			// count the restart.
+			if err := patchAnnotations(ctx, k.Client, prime, map[string]string{annUploadRestarts: strconv.Itoa(restarts + 1)}); err != nil {
+				return WorkerState{}, err
+			}
 			if err := k.Client.Delete(ctx, pod); client.IgnoreNotFound(err) != nil {
 				return WorkerState{}, fmt.Errorf("deleting failed upload pod: %w", err)
 			}
 			state.Phase, state.Reason, state.Ready = corev1.PodPending, "Retrying", false
 			state.Message = "the upload server stopped: " + state.Message + "; starting a new one"
+			state.Restarts++
 			state.RetryAfter = 5 * time.Second
 		}
 		if state.Phase == corev1.PodRunning && !state.Ready {
@@ -148,8 +156,12 @@ func (k *UploadKind) Fill(ctx context.Context, target, prime *corev1.PersistentV
 		}
 		return WorkerState{}, fmt.Errorf("creating upload pod: %w", err)
 	}
-	return WorkerState{Phase: corev1.PodPending, Reason: "Pending", RetryAfter: 5 * time.Second}, nil
+	return WorkerState{Phase: corev1.PodPending, Reason: "Pending", Restarts: int32(restarts), RetryAfter: 5 * time.Second}, nil
 }
+
+// annUploadRestarts on a prime counts the upload pods that stopped before
+// the upload succeeded.
+const annUploadRestarts = "kubefill.io/upload-restarts"
 
 // Cleanup implements Kind: the pod, its Service and its Secret go; a
 // retained pod is detached from the target instead.

@@ -85,8 +85,11 @@ type Server struct {
 	state state
 
 	// done is closed with result set once an upload has succeeded.
-	done   chan struct{}
-	result *datapath.Result
+	done chan struct{}
+	// asyncFailed receives the error of an async upload that failed after
+	// its client was answered.
+	asyncFailed chan error
+	result      *datapath.Result
 	// bg is the server's lifetime context, for async uploads that outlive
 	// their request.
 	bg context.Context
@@ -115,7 +118,7 @@ func New(cfg Config, log logr.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{cfg: cfg, log: log, progress: progress, reg: reg, done: make(chan struct{}), bg: context.Background()}, nil
+	return &Server{cfg: cfg, log: log, progress: progress, reg: reg, done: make(chan struct{}), asyncFailed: make(chan error, 1), bg: context.Background()}, nil
 }
 
 // TLSConfig builds the server's TLS settings: client certificates are
@@ -188,6 +191,16 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	select {
 	case <-s.done:
+	case err := <-s.asyncFailed:
+		// Exit with the reason (not permanent: a new upload server takes
+		// the next try), so that the failure shows on the claim.
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		err = fmt.Errorf("the upload was received but could not be written: %w", err)
+		text := err.Error()
+		_ = s.writeTermination(importer.TerminationMessage{Outcome: importer.OutcomeFailed, Message: &text})
+		return err
 	case err := <-errc:
 		return s.fail(fmt.Errorf("serving: %w", err))
 	case <-ctx.Done():
@@ -327,14 +340,32 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request, m mode) {
 			return
 		}
 	case <-received:
-		go func() {
-			if err := <-errc; err != nil {
-				s.log.Error(err, "processing the received upload failed; ready for another upload")
+		// Most bad images are refused as soon as their header is parsed: give
+		// the processing a moment, so that the client still hears of those.
+		select {
+		case err := <-errc:
+			if err != nil {
+				s.log.Error(err, "upload failed", "remote", r.RemoteAddr)
+				refuseAfterRead(w, r, "upload failed: "+err.Error(), StatusFor(err))
+				return
 			}
-		}()
+		case <-time.After(asyncGrace):
+			go func() {
+				if err := <-errc; err != nil {
+					// The client was told the upload was received: the pod's
+					// failure is now the only way to tell anyone.
+					s.log.Error(err, "processing the received upload failed")
+					s.asyncFailed <- err
+				}
+			}()
+		}
 	}
 	_, _ = io.WriteString(w, "upload received\n")
 }
+
+// asyncGrace is how long an async upload waits, once its body is in, for
+// the processing to fail early before answering 200.
+var asyncGrace = 3 * time.Second
 
 // finish records an upload's outcome: success ends the server's job, a
 // failure makes it ready for another try.

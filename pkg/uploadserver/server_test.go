@@ -622,3 +622,45 @@ func parseMetric(text, series string) (float64, bool) {
 	}
 	return 0, false
 }
+
+// TestAsyncBadImage: an async upload of a hostile image is refused with a
+// 400 when the header gives it away; when the failure comes after the 200,
+// the server exits with the reason in its termination message, so the
+// claim shows it and a new upload server takes the next try.
+func TestAsyncBadImage(t *testing.T) {
+	testimg.RequireQemuImg(t)
+	dir := t.TempDir()
+	hostile := filepath.Join(dir, "hostile.qcow2")
+	testimg.QemuImg(t, "create", "-q", "-f", "qcow2", "-b", "/etc/passwd", "-F", "raw", hostile, strconv.Itoa(imgSize))
+
+	r := start(t, nil)
+	if code, msg := r.postFile(t, "/v1beta1/upload-async", hostile); code != http.StatusBadRequest || !strings.Contains(msg, "backing") {
+		t.Errorf("async hostile image: %d %q, want 400 naming the backing file", code, msg)
+	}
+
+	old := asyncGrace
+	asyncGrace = 0
+	t.Cleanup(func() { asyncGrace = old })
+	r = start(t, nil)
+	code, msg := r.postFile(t, "/v1beta1/upload-async", hostile)
+	if code != http.StatusOK && code != http.StatusBadRequest {
+		t.Fatalf("async hostile image without grace: %d %s", code, msg)
+	}
+	if code == http.StatusBadRequest {
+		t.Skip("the processing failed before the body's end was seen; nothing to check")
+	}
+	select {
+	case err := <-r.errc:
+		r.errc <- err
+		if err == nil || !strings.Contains(err.Error(), "backing") {
+			t.Fatalf("server exited with %v, want the backing-file refusal", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("server did not exit after an async upload failed")
+	}
+	var m importer.TerminationMessage
+	if err := json.Unmarshal(mustRead(t, r.termLog), &m); err != nil || m.Outcome != importer.OutcomeFailed || m.Message == nil ||
+		!strings.Contains(*m.Message, "backing") || (m.Permanent != nil && *m.Permanent) {
+		t.Errorf("termination message %s (%v): want a retryable failure naming the backing file", mustRead(t, r.termLog), err)
+	}
+}

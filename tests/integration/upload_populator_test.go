@@ -168,6 +168,26 @@ func TestUploadPopulator(t *testing.T) {
 		return target.Annotations[cdiv1.AnnPodReady] == "true" && target.Annotations[cdiv1.AnnPodPhase] == "Running" &&
 			prime.Annotations[cdiv1.AnnPodReady] == "true"
 	})
+
+	// The upload server stops after an async upload it could not write: a
+	// new upload pod replaces it, and the claim counts the restart.
+	_ = k8sClient.Get(ctx, client2Key(pod), pod)
+	oldUID := pod.UID
+	pod.Status.Phase = corev1.PodFailed
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: metav1.Now()}}
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: c.Name, Image: c.Image, ImageID: "x",
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error",
+			Message: `{"outcome":"Failed","message":"the upload was received but could not be written: qcow2 backing file refused"}`}}}}
+	if err := k8sClient.Status().Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "a restart counted on the claim and a new upload pod", func() bool {
+		_ = k8sClient.Get(ctx, client2Key(target), target)
+		fresh := &corev1.Pod{}
+		return target.Annotations[cdiv1.AnnPodRestarts] == "1" &&
+			k8sClient.Get(ctx, client2Key(pod), fresh) == nil && fresh.UID != oldUID && fresh.DeletionTimestamp == nil
+	})
+	t.Logf("after the upload server stopped: restarts %s, running %q", target.Annotations[cdiv1.AnnPodRestarts], target.Annotations[cdiv1.AnnRunningConditionMessage])
 }
 
 // TestDataVolumeUpload: a DataVolume with source upload renders a claim on a
