@@ -156,3 +156,15 @@ func TestDone(t *testing.T) {
 		t.Error("a claim whose pod succeeded is not done")
 	}
 }
+
+func TestSpinnerOffTerminalPrintsEachStateOnce(t *testing.T) {
+	var out strings.Builder
+	s := NewSpinner(&out, "waiting for the upload pod")
+	s.Describe("waiting for the upload pod")
+	s.Describe("the upload pod is not ready yet")
+	s.Describe("the upload pod is not ready yet")
+	s.Stop()
+	if got, want := out.String(), "waiting for the upload pod\nthe upload pod is not ready yet\n"; got != want {
+		t.Errorf("spinner output %q, want %q", got, want)
+	}
+}
