@@ -1,0 +1,46 @@
+package uploadserver
+
+import (
+	"crypto/x509"
+	"encoding/pem"
+	"testing"
+	"time"
+)
+
+// TestCARoundTrip: a CA kept as PEM (as in its Secret) loads back and still
+// signs certificates that verify against the original.
+func TestCARoundTrip(t *testing.T) {
+	ca, err := NewCA("test-ca", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loaded, err := LoadCA(ca.CertPEM, ca.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !loaded.Expires().Equal(ca.Expires()) {
+		t.Errorf("loaded CA expires %v, want %v", loaded.Expires(), ca.Expires())
+	}
+	crt, _, err := loaded.Issue("cdi-upload-prime-1.ns.svc", []string{"cdi-upload-prime-1.ns.svc", "10.0.0.7"}, false, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blk, _ := pem.Decode(crt)
+	leaf, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(ca.CertPEM)
+	for _, name := range []string{"cdi-upload-prime-1.ns.svc", "10.0.0.7"} {
+		if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, DNSName: name, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err == nil {
+		t.Error("a serving certificate verified as a client certificate")
+	}
+	if _, err := LoadCA([]byte("junk"), ca.KeyPEM); err == nil {
+		t.Error("LoadCA accepted a certificate that is not PEM")
+	}
+}
