@@ -10,7 +10,7 @@ CONTROLLER_GEN := $(BIN)/controller-gen
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-dev)
 
 .PHONY: all build generate manifests verify-generated vet fmt test test-unit test-integration test-e2e \
-        bench-import demo dev dev-down testbin clean help
+        bench-import bench-upload demo dev dev-down testbin clean help
 
 all: build
 
@@ -62,6 +62,9 @@ bench-import: ## Import benchmarks: ratios against qemu-img, curl+qemu-img and c
 
 demo: ## The main job: a local cluster imports a disk into a PVC through a DataVolume, checks the bytes, tears down
 	bash hack/dev.sh check
+
+bench-upload: ## Upload throughput through the proxy as a ratio to a plain loopback TLS copy
+	KUBEFILL_BENCH_UPLOAD=1 go test -count=1 -run TestThroughputRatio -v ./pkg/uploadproxy/
 
 dev: ## Bring the local cluster up with Kubefill running and leave it up (make dev-down removes it)
 	bash hack/dev.sh

@@ -30,6 +30,7 @@ func newRootCommand() *cobra.Command {
 		newUploadServerCommand(),
 		newUploadProxyCommand(),
 		newClonerCommand(),
+		newUploadCommand(),
 	)
 	return root
 }
