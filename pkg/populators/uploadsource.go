@@ -143,6 +143,11 @@ func (k *UploadKind) Fill(ctx context.Context, target, prime *corev1.PersistentV
 		}
 		return state, nil
 	}
+	if k.Namespace == "" {
+		// Without it there is nowhere to keep the upload CAs: tell the user.
+		return WorkerState{Reason: "UploadNotConfigured", RetryAfter: time.Minute,
+			Message: "the Kubefill controller has no install namespace for the upload CAs; run it with POD_NAMESPACE set"}, nil
+	}
 	if err := k.ensureServing(ctx, target, prime); err != nil {
 		return WorkerState{}, err
 	}

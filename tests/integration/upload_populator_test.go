@@ -271,3 +271,36 @@ func startUploadManager(t *testing.T, installNS string) {
 func client2Key(o metav1.Object) types.NamespacedName {
 	return types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}
 }
+
+// TestUploadWithoutInstallNamespace: a controller that does not know its
+// install namespace says so on the claim instead of failing silently.
+func TestUploadWithoutInstallNamespace(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	className := ns + "-csi"
+	fs := corev1.PersistentVolumeFilesystem
+	csiClass(t, className, "hostpath.csi.kubefill.test", storagev1.VolumeBindingImmediate,
+		cdiv1.ClaimPropertySet{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, VolumeMode: &fs})
+	t.Setenv("POD_NAMESPACE", "")
+	startUploadManager(t, "")
+	if err := k8sClient.Create(ctx, &cdiv1.VolumeUploadSource{ObjectMeta: metav1.ObjectMeta{Name: "up", Namespace: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	target := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "target", Namespace: ns},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName: &className,
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+			DataSourceRef:    &corev1.TypedObjectReference{APIGroup: ptr.To(cdiv1.GroupName), Kind: cdiv1.VolumeUploadSourceRef, Name: "up"},
+		},
+	}
+	if err := k8sClient.Create(ctx, target); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "the claim to explain the missing install namespace", func() bool {
+		_ = k8sClient.Get(ctx, client2Key(target), target)
+		return target.Annotations[cdiv1.AnnRunningConditionReason] == "UploadNotConfigured" &&
+			strings.Contains(target.Annotations[cdiv1.AnnRunningConditionMessage], "POD_NAMESPACE")
+	})
+}
