@@ -44,6 +44,7 @@ func newControllerCommand() *cobra.Command {
 	flags.StringVar(&opts.LeaderElectionNS, "leader-election-namespace", "", "namespace of the leader-election lease (default: the pod's namespace)")
 	flags.StringVar(&opts.WorkerImage, "worker-image", "kubefill/kubefill:dev", "image holding the kubefill binary that importer pods run")
 	flags.StringVar((*string)(&opts.WorkerPullPolicy), "worker-pull-policy", string(corev1.PullIfNotPresent), "pull policy of the worker image")
+	flags.StringVar(&opts.InstallNamespace, "install-namespace", "", "namespace holding Kubefill's own objects such as the upload CAs (default: $POD_NAMESPACE)")
 	flags.StringVar(&opts.UploadProxyURL, "uploadproxy-url", "", "user-facing upload proxy URL published in CDIConfig status (spec.uploadProxyURLOverride wins)")
 	goFlags := flag.NewFlagSet("zap", flag.ContinueOnError)
 	zapOpts.BindFlags(goFlags)

@@ -7,8 +7,14 @@ import (
 	"path/filepath"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 )
+
+// KubefillNamespace is where the dev cluster's Kubefill keeps its own objects.
+const KubefillNamespace = "kubefill-system"
 
 // startKubefill installs Kubefill's CRDs and starts `kubefill controller`
 // from this checkout as one of the cluster's processes.
@@ -31,8 +37,14 @@ func (c *Cluster) startKubefill(ctx context.Context) error {
 	if err := applyCRDs(ctx, dyn, files); err != nil {
 		return err
 	}
+	// Kubefill keeps its own objects (the upload CAs) in an install namespace.
+	installNS := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: KubefillNamespace}}
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, installNS, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s: %w", KubefillNamespace, err)
+	}
 	rec, err := c.run("kubefill-controller", nil, c.kubefillBin, "controller",
 		"--kubeconfig="+c.Kubeconfig,
+		"--install-namespace="+KubefillNamespace,
 		"--leader-elect=false",
 		"--metrics-bind-address=0",
 		"--health-probe-bind-address=0",
