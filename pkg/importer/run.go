@@ -4,17 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/textproto"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sys/unix"
 
 	"github.com/kubefill/kubefill/pkg/datapath"
 	"github.com/kubefill/kubefill/pkg/datapath/source"
@@ -130,54 +127,13 @@ func Run(ctx context.Context, cfg *Config, p Paths, log logr.Logger) error {
 }
 
 func runImport(ctx context.Context, cfg *Config, p Paths, log logr.Logger, progress *Progress) (*datapath.Result, error) {
-	st, statErr := os.Stat(p.BlockPath)
-	var mode os.FileMode
-	if statErr == nil {
-		mode = st.Mode()
-	}
-	dst := ChooseDestination(p, mode, statErr == nil)
-	opt := datapath.Options{
-		ContentType: datapath.ContentType(cfg.ContentType),
-		Path:        dst.Path,
-		Block:       dst.Block,
-		Preallocate: cfg.Preallocation,
-		Progress:    progress.Update,
-		Log:         log,
-	}
-	if fi, err := os.Stat(p.ScratchDir); err == nil && fi.IsDir() {
-		opt.ScratchDir = p.ScratchDir
-	}
-	var err error
-	if opt.Checksum, err = datapath.ParseChecksum(cfg.Checksum); err != nil {
+	opt, err := DestinationOptions(p, datapath.ContentType(cfg.ContentType), cfg.ImageSize, cfg.FilesystemOverhead)
+	if err != nil {
 		return nil, err
 	}
-	if dst.Block {
-		if opt.ContentType == datapath.ContentArchive {
-			return nil, errors.New("content type archive needs a Filesystem volume, not a Block one")
-		}
-		if opt.Size, err = deviceSize(dst.Path); err != nil {
-			return nil, err
-		}
-		if cfg.ImageSize > 0 && cfg.ImageSize < opt.Size {
-			opt.Size = cfg.ImageSize
-		}
-	} else {
-		dir := filepath.Dir(dst.Path)
-		if opt.ContentType == datapath.ContentArchive {
-			opt.Path = dir
-		}
-		var fs unix.Statfs_t
-		if err := unix.Statfs(dir, &fs); err != nil {
-			return nil, fmt.Errorf("destination volume %s: %w", dir, err)
-		}
-		avail := int64(fs.Bavail) * int64(fs.Bsize)
-		if fi, err := os.Stat(dst.Path); err == nil && opt.ContentType != datapath.ContentArchive {
-			avail += fi.Size() // an old image here is replaced
-		}
-		opt.Size = UsableSize(cfg.ImageSize, avail, cfg.FilesystemOverhead)
-		if opt.Size <= 0 {
-			return nil, fmt.Errorf("destination volume %s has no usable space", dir)
-		}
+	opt.Preallocate, opt.Progress, opt.Log = cfg.Preallocation, progress.Update, log
+	if opt.Checksum, err = datapath.ParseChecksum(cfg.Checksum); err != nil {
+		return nil, err
 	}
 	log.Info("starting import", "source", cfg.Source, "contentType", cfg.ContentType, "destination", opt.Path,
 		"block", opt.Block, "usableSize", opt.Size, "preallocation", opt.Preallocate, "scratch", opt.ScratchDir)
@@ -192,19 +148,6 @@ func runImport(ctx context.Context, cfg *Config, p Paths, log logr.Logger, progr
 		return nil, err
 	}
 	return datapath.Import(ctx, src, opt)
-}
-
-func deviceSize(p string) (int64, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return 0, fmt.Errorf("opening block device: %w", err)
-	}
-	defer f.Close()
-	n, err := f.Seek(0, io.SeekEnd)
-	if err != nil {
-		return 0, fmt.Errorf("sizing block device: %w", err)
-	}
-	return n, nil
 }
 
 func buildSource(cfg *Config) (source.Source, error) {

@@ -25,7 +25,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -33,7 +32,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/sys/unix"
 
 	"github.com/kubefill/kubefill/pkg/datapath"
 	"github.com/kubefill/kubefill/pkg/datapath/source"
@@ -386,69 +384,13 @@ func (s *Server) finish(res *datapath.Result, err error) {
 // device when it exists, else the image file (or, for archives, its
 // directory), bounded by the usable size.
 func (s *Server) options(ct datapath.ContentType) (datapath.Options, error) {
-	p := s.cfg.Paths
-	st, statErr := os.Stat(p.BlockPath)
-	var mode os.FileMode
-	if statErr == nil {
-		mode = st.Mode()
+	opt, err := importer.DestinationOptions(s.cfg.Paths, ct, s.cfg.ImageSize, s.cfg.FilesystemOverhead)
+	if err != nil {
+		return opt, err
 	}
-	dst := importer.ChooseDestination(p, mode, statErr == nil)
-	opt := datapath.Options{
-		ContentType: ct,
-		Path:        dst.Path,
-		Block:       dst.Block,
-		Preallocate: s.cfg.Preallocation,
-		Progress:    s.progress.Update,
-		Log:         s.log,
-	}
-	if fi, err := os.Stat(p.ScratchDir); err == nil && fi.IsDir() {
-		opt.ScratchDir = p.ScratchDir
-	}
+	opt.Preallocate, opt.Progress, opt.Log = s.cfg.Preallocation, s.progress.Update, s.log
 	opt.Checksum, _ = datapath.ParseChecksum(s.cfg.Checksum)
-	if dst.Block {
-		if ct == datapath.ContentArchive {
-			return opt, errors.New("content type archive needs a Filesystem volume, not a Block one")
-		}
-		n, err := deviceSize(dst.Path)
-		if err != nil {
-			return opt, err
-		}
-		opt.Size = n
-		if s.cfg.ImageSize > 0 && s.cfg.ImageSize < n {
-			opt.Size = s.cfg.ImageSize
-		}
-		return opt, nil
-	}
-	dir := filepath.Dir(dst.Path)
-	if ct == datapath.ContentArchive {
-		opt.Path = dir
-	}
-	var fs unix.Statfs_t
-	if err := unix.Statfs(dir, &fs); err != nil {
-		return opt, fmt.Errorf("destination volume %s: %w", dir, err)
-	}
-	avail := int64(fs.Bavail) * int64(fs.Bsize)
-	if fi, err := os.Stat(dst.Path); err == nil && ct != datapath.ContentArchive {
-		avail += fi.Size() // an old image here is replaced
-	}
-	opt.Size = importer.UsableSize(s.cfg.ImageSize, avail, s.cfg.FilesystemOverhead)
-	if opt.Size <= 0 {
-		return opt, fmt.Errorf("destination volume %s has no usable space", dir)
-	}
 	return opt, nil
-}
-
-func deviceSize(p string) (int64, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return 0, fmt.Errorf("opening block device: %w", err)
-	}
-	defer f.Close()
-	n, err := f.Seek(0, io.SeekEnd)
-	if err != nil {
-		return 0, fmt.Errorf("sizing block device: %w", err)
-	}
-	return n, nil
 }
 
 // filePart finds the multipart part named "file" without reading the
