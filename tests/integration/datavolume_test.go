@@ -36,6 +36,14 @@ func runManager(t *testing.T, opts controller.ManagerOptions) ctrl.Manager {
 	if err != nil {
 		t.Fatal(err)
 	}
+	startUntilCleanup(t, mgr)
+	return mgr
+}
+
+// startUntilCleanup runs mgr until the test ends, and fails the test if it
+// stops with an error.
+func startUntilCleanup(t *testing.T, mgr ctrl.Manager) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
@@ -45,7 +53,6 @@ func runManager(t *testing.T, opts controller.ManagerOptions) ctrl.Manager {
 			t.Errorf("manager stopped with: %v", err)
 		}
 	})
-	return mgr
 }
 
 // csiClass creates a CSI StorageClass and its StorageProfile with the given

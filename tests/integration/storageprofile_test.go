@@ -113,15 +113,7 @@ func startReconcilers(t *testing.T, setups ...func(ctrl.Manager) error) {
 			t.Fatalf("registering reconciler: %v", err)
 		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager stopped with: %v", err)
-		}
-	})
+	startUntilCleanup(t, mgr)
 }
 
 // createStorageClass creates a class that is deleted when the test ends.

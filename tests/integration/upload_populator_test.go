@@ -252,20 +252,8 @@ func TestDataVolumeUpload(t *testing.T) {
 // installNS until the test ends.
 func startUploadManager(t *testing.T, installNS string) {
 	t.Helper()
-	mgr, err := controller.NewManager(cfg, controller.ManagerOptions{MetricsBindAddress: "0", HealthProbeBindAddress: "0",
-		WorkerImage: "kubefill/kubefill:test", InstallNamespace: installNS, SkipNameValidation: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager stopped with: %v", err)
-		}
-	})
+	runManager(t, controller.ManagerOptions{MetricsBindAddress: "0", HealthProbeBindAddress: "0",
+		WorkerImage: "kubefill/kubefill:test", InstallNamespace: installNS})
 }
 
 func client2Key(o metav1.Object) types.NamespacedName {
