@@ -13,6 +13,8 @@
 # published tag, and requires the snapshotter's client/v8 module explicitly
 # because upstream replaces it with ./client.
 set -euo pipefail
+# shellcheck source=lib/wrapper.sh
+. "$(dirname "$0")/lib/wrapper.sh"
 
 PROVISIONER_VERSION="${PROVISIONER_VERSION:-v6.4.0}"
 SNAPSHOTTER_VERSION="${SNAPSHOTTER_VERSION:-v8.7.0}"
@@ -86,21 +88,9 @@ k8s_gomod=$(gomod_of "k8s.io/kubernetes@$k8s_version")
   echo ")"
   echo
   echo "replace ("
-  # sample-controller and sample-cli-plugin are not served, and nothing here
-  # needs them (same as hack/testbin.sh).
-  grep -E '^\s*k8s\.io/[a-z0-9-]+ => \./staging/' "$k8s_gomod" \
-    | awk '{print $1}' \
-    | grep -vE '^k8s\.io/(sample-controller|sample-cli-plugin)$' \
-    | sort -u \
-    | while read -r m; do echo "	$m => $m $SIDECAR_STAGING_VERSION"; done
+  staging_replaces "$k8s_gomod" "$SIDECAR_STAGING_VERSION"
   echo ")"
 } > go.mod
-
-cat > tools.go <<'GO'
-//go:build tools
-
-package tools
-GO
 
 go get "$PROVISIONER_MOD/cmd/csi-provisioner@$PROVISIONER_VERSION" \
        "$SNAPSHOTTER_MOD/cmd/snapshot-controller@$SNAPSHOTTER_VERSION" \
@@ -114,9 +104,6 @@ go build -trimpath -ldflags "-s -w -X main.version=$SNAPSHOTTER_VERSION" -o "$wo
   "$SNAPSHOTTER_MOD/cmd/snapshot-controller" \
   "$SNAPSHOTTER_MOD/cmd/csi-snapshotter" >&2
 
-mkdir -p "$(dirname "$OUT")"
-rm -rf "$OUT.tmp" && mv "$work/bin" "$OUT.tmp"
-rm -rf "$OUT" && mv "$OUT.tmp" "$OUT"
-touch "$OUT/.complete"
+publish_dir "$work/bin" "$OUT"
 log "built in $(( $(date +%s) - start ))s"
 echo "$OUT"

@@ -8,6 +8,8 @@
 # so we build it from a throwaway wrapper module that pins every staging module
 # to its published tag.
 set -euo pipefail
+# shellcheck source=lib/wrapper.sh
+. "$(dirname "$0")/lib/wrapper.sh"
 
 K8S_VERSION="${K8S_VERSION:-v1.37.2}"
 STAGING_VERSION="v0.${K8S_VERSION#v1.}"
@@ -46,22 +48,9 @@ k8s_gomod=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/.
   echo "require k8s.io/kubernetes $K8S_VERSION"
   echo
   echo "replace ("
-  # Every staging module k8s.io/kubernetes replaces with ./staging/... gets its
-  # published tag. sample-controller and sample-cli-plugin are not served, and
-  # nothing we build needs them.
-  grep -E '^\s*k8s\.io/[a-z0-9-]+ => \./staging/' "$k8s_gomod" \
-    | awk '{print $1}' \
-    | grep -vE '^k8s\.io/(sample-controller|sample-cli-plugin)$' \
-    | sort -u \
-    | while read -r m; do echo "	$m => $m $STAGING_VERSION"; done
+  staging_replaces "$k8s_gomod" "$STAGING_VERSION"
   echo ")"
 } > go.mod
-
-cat > tools.go <<'GO'
-//go:build tools
-
-package tools
-GO
 
 go get "k8s.io/kubernetes/cmd/kube-apiserver@$K8S_VERSION" \
        "k8s.io/kubernetes/cmd/kube-controller-manager@$K8S_VERSION" \
@@ -82,9 +71,6 @@ go build -trimpath -ldflags "$ldflags" -o "$work/bin/" \
   k8s.io/kubernetes/cmd/kube-scheduler >&2
 go build -trimpath -ldflags "-s -w" -o "$work/bin/etcd" go.etcd.io/etcd/server/v3 >&2
 
-mkdir -p "$(dirname "$OUT")"
-rm -rf "$OUT.tmp" && mv "$work/bin" "$OUT.tmp"
-rm -rf "$OUT" && mv "$OUT.tmp" "$OUT"
-touch "$OUT/.complete"
+publish_dir "$work/bin" "$OUT"
 log "built in $(( $(date +%s) - start ))s"
 echo "$OUT"
