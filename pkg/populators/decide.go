@@ -3,6 +3,7 @@ package populators
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -152,6 +153,30 @@ func FormatProgress(percent float64, done bool) string {
 		percent = 99.99
 	}
 	return fmt.Sprintf("%.2f%%", percent)
+}
+
+// How often a ready upload server's progress is read: often while data
+// arrives, less often while it waits for an upload, which may take hours
+// to start.
+const (
+	uploadBusyPoll = 2 * time.Second
+	uploadIdlePoll = 5 * time.Second
+)
+
+// UploadProgress is what a target shows of a ready upload server's
+// progress, the percentage of the upload's body received (of its
+// Content-Length), and when to read it again. pct is the server's metric,
+// err why it could not be read; then the target keeps what it shows ("").
+// Before any byte arrives, or when the upload's length is unknown, that is
+// "0.00%"; 100% only once the data is on the volume (see FormatProgress).
+func UploadProgress(pct float64, err error) (progress string, retryAfter time.Duration) {
+	switch {
+	case err != nil:
+		return "", uploadIdlePoll
+	case pct <= 0:
+		return FormatProgress(0, false), uploadIdlePoll
+	}
+	return FormatProgress(pct, false), uploadBusyPoll
 }
 
 // HandedOver reports whether the prime's volume has started moving to the

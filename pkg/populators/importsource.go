@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -282,13 +283,16 @@ func (k *ImportKind) scrape(ctx context.Context, pod *corev1.Pod) (float64, erro
 	if k.ScrapeProgress != nil {
 		return k.ScrapeProgress(ctx, pod, k.MetricsPort)
 	}
-	return ScrapeImportProgress(ctx, pod, k.MetricsPort)
+	return ScrapeProgress(ctx, pod, k.MetricsPort, importer.ProgressMetricName)
 }
 
-// ScrapeImportProgress reads kubevirt_cdi_import_progress_total from the
-// importer's TLS metrics endpoint. The certificate is the pod's own,
-// self-signed, so it is not verified; only a percentage is read.
-func ScrapeImportProgress(ctx context.Context, pod *corev1.Pod, port int32) (float64, error) {
+// ScrapeProgress reads metric{ownerUID=<the pod's owner>}, a percentage,
+// from a worker pod's TLS /metrics endpoint on port: the importer's metrics
+// server or the upload server. Neither asks for a client certificate there.
+// The serving certificate is not verified (the importer's is self-signed,
+// the upload server's names its Service, not the pod IP dialled): only a
+// percentage is read.
+func ScrapeProgress(ctx context.Context, pod *corev1.Pod, port int32, metric string) (float64, error) {
 	if pod.Status.PodIP == "" {
 		return 0, fmt.Errorf("pod %s has no IP yet", pod.Name)
 	}
@@ -297,33 +301,44 @@ func ScrapeImportProgress(ctx context.Context, pod *corev1.Pod, port int32) (flo
 	url := "https://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(port))) + "/metrics"
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("scraping %s: %w", url, err)
 	}
-	tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // the pod's self-signed cert; only a number is read
+	tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // only a number is read
 	defer tr.CloseIdleConnections()
 	resp, err := (&http.Client{Transport: tr}).Do(req)
 	if err != nil {
 		return 0, fmt.Errorf("scraping %s: %w", url, err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("scraping %s: %s", url, resp.Status)
+	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("scraping %s: %w", url, err)
 	}
-	return ParseProgressMetric(string(body), importer.ProgressMetricName, pod.Labels[cdiv1.LabelOwnedByUID])
+	return ParseProgressMetric(string(body), metric, pod.Labels[cdiv1.LabelOwnedByUID])
 }
 
 // ParseProgressMetric finds metric{ownerUID="uid"} in a Prometheus text
-// exposition and returns its value.
+// exposition and returns its value, a percentage.
 func ParseProgressMetric(text, metric, ownerUID string) (float64, error) {
 	for _, line := range strings.Split(text, "\n") {
-		if !strings.HasPrefix(line, metric+"{") || !strings.Contains(line, `ownerUID="`+ownerUID+`"`) {
+		end := strings.LastIndex(line, "}")
+		if !strings.HasPrefix(line, metric+"{") || end < 0 || !strings.Contains(line[:end], `ownerUID="`+ownerUID+`"`) {
 			continue
 		}
-		fields := strings.Fields(line)
-		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+		// The value follows the labels; an optional timestamp may follow it.
+		fields := strings.Fields(line[end+1:])
+		if len(fields) == 0 {
+			return 0, fmt.Errorf("parsing %q: no value", line)
+		}
+		v, err := strconv.ParseFloat(fields[0], 64)
 		if err != nil {
 			return 0, fmt.Errorf("parsing %q: %w", line, err)
+		}
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return 0, fmt.Errorf("parsing %q: not a percentage", line)
 		}
 		return v, nil
 	}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 	"github.com/kubefill/kubefill/pkg/importer"
@@ -69,6 +70,9 @@ type UploadKind struct {
 	// Image is the container image holding the kubefill binary.
 	Image      string
 	PullPolicy corev1.PullPolicy
+	// ScrapeProgress reads the upload server's progress; nil uses HTTPS to
+	// the pod's upload port, where /metrics needs no client certificate.
+	ScrapeProgress func(ctx context.Context, pod *corev1.Pod, port int32) (float64, error)
 }
 
 // Name implements Kind.
@@ -131,8 +135,17 @@ func (k *UploadKind) Fill(ctx context.Context, target, prime *corev1.PersistentV
 			state.Message = "the upload server stopped: " + state.Message + "; starting a new one"
 			state.Restarts++
 			state.RetryAfter = 5 * time.Second
+			// The new server has received nothing: the upload starts over.
+			state.Progress = FormatProgress(0, false)
 		}
-		if state.Phase == corev1.PodRunning && !state.Ready {
+		switch {
+		case state.Phase == corev1.PodRunning && state.Ready:
+			pct, serr := k.scrape(ctx, pod)
+			if serr != nil {
+				log.FromContext(ctx).V(1).Info("reading upload progress", "pod", pod.Name, "error", serr.Error())
+			}
+			state.Progress, state.RetryAfter = UploadProgress(pct, serr)
+		case state.Phase == corev1.PodRunning:
 			state.RetryAfter = 5 * time.Second
 		}
 		// Clients that follow storage.populator.pvcPrime read readiness on the prime.
@@ -162,6 +175,14 @@ func (k *UploadKind) Fill(ctx context.Context, target, prime *corev1.PersistentV
 		return WorkerState{}, fmt.Errorf("creating upload pod: %w", err)
 	}
 	return WorkerState{Phase: corev1.PodPending, Reason: "Pending", Restarts: int32(restarts), RetryAfter: 5 * time.Second}, nil
+}
+
+// scrape reads the upload server's progress metric from its pod.
+func (k *UploadKind) scrape(ctx context.Context, pod *corev1.Pod) (float64, error) {
+	if k.ScrapeProgress != nil {
+		return k.ScrapeProgress(ctx, pod, UploadServerPort)
+	}
+	return ScrapeProgress(ctx, pod, UploadServerPort, importer.ProgressMetricName)
 }
 
 // annUploadRestarts on a prime counts the upload pods that stopped before
