@@ -25,7 +25,9 @@ func newUploadServerCommand() *cobra.Command {
 		Short: "Receive an upload inside the upload pod",
 		Long: "Serve CDI's upload API over mutual TLS (/v1beta1/upload, upload-async, upload-form, upload-form-async,\n" +
 			"upload-archive, the v1alpha1 aliases and /healthz), write the one uploaded image to the volume through\n" +
-			"the importer's data path, and exit 0 with a JSON termination message once it is on disk.",
+			"the importer's data path, and exit 0 with a JSON termination message once it is on disk.\n" +
+			"/metrics (no client certificate needed) publishes the share of the upload's body received, of its\n" +
+			"Content-Length, as kubevirt_cdi_import_progress_total{ownerUID}; the controller shows it on the DataVolume.",
 		Example: "  kubefill uploadserver --tls-cert-file /certs/tls.crt --tls-key-file /certs/tls.key \\\n" +
 			"    --client-ca-file /certs/client-ca.crt --image-size 10Gi --owner-uid $UID",
 		Args: cobra.NoArgs,

@@ -64,6 +64,17 @@ func (p *Progress) Set(pct float64) {
 	}
 }
 
+// Reset starts the percentage again from zero, for a new attempt (the upload
+// server's next upload after a failed one). The counter resets as it does
+// when a process restarts.
+func (p *Progress) Reset() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.vec.DeleteLabelValues(p.ownerUID)
+	p.vec.WithLabelValues(p.ownerUID).Add(0)
+	p.last = 0
+}
+
 // Value returns the current percentage.
 func (p *Progress) Value() float64 {
 	p.mu.Lock()

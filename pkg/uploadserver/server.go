@@ -12,6 +12,12 @@
 // /v1alpha1, and /healthz. A second upload while one runs gets 503; an
 // upload after a successful one gets 409. A bad upload gets a 4xx with the
 // reason, and the server stays ready for another try.
+//
+// /metrics, like /healthz, needs no client certificate: it publishes
+// kubevirt_cdi_import_progress_total{ownerUID}, the percentage of the
+// current upload's body received (of its Content-Length; 0 while none runs,
+// or when the length is unknown; back to 0 after a failed upload), which
+// the controller reads into the DataVolume's progress.
 package uploadserver
 
 import (
@@ -21,12 +27,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"mime/multipart"
 	"net"
 	"net/http"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -283,11 +291,17 @@ func (s *Server) checkClient(r *http.Request) string {
 
 // handle runs one upload; the state is busy on entry.
 func (s *Server) handle(w http.ResponseWriter, r *http.Request, m mode) {
-	var body io.Reader = r.Body
+	// Progress is the share of the request body read, of its Content-Length
+	// (a form's too: its framing is small), whatever the mode; it stays 0
+	// when the length is unknown. The refusal's drain reads the body past
+	// the wrapper, so that a failed upload's leftovers count for nothing.
+	counted := &bodyProgress{r: r.Body, total: r.ContentLength, report: s.progress.Update}
+	var body io.Reader = counted
 	size := r.ContentLength
 	if m.form {
-		part, err := filePart(r)
+		part, err := filePart(r, counted)
 		if err != nil {
+			counted.stop()
 			s.finish(nil, err)
 			refuse(w, r, err.Error(), http.StatusBadRequest)
 			return
@@ -300,6 +314,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request, m mode) {
 	}
 	opt, err := s.options(contentType)
 	if err != nil {
+		counted.stop()
 		s.finish(nil, err)
 		refuse(w, r, err.Error(), http.StatusInternalServerError)
 		return
@@ -311,6 +326,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request, m mode) {
 	start := time.Now()
 	run := func(ctx context.Context) error {
 		res, err := datapath.Import(ctx, src, opt)
+		counted.stop()
 		s.finish(res, err)
 		if err == nil {
 			s.log.Info("upload complete", "format", res.Format, "wrappers", res.Wrappers, "method", res.Method,
@@ -366,12 +382,13 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request, m mode) {
 var asyncGrace = 3 * time.Second
 
 // finish records an upload's outcome: success ends the server's job, a
-// failure makes it ready for another try.
+// failure makes it ready for another try, which starts from 0%.
 func (s *Server) finish(res *datapath.Result, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
 		s.state = stateIdle
+		s.progress.Reset()
 		return
 	}
 	s.state = stateDone
@@ -388,18 +405,20 @@ func (s *Server) options(ct datapath.ContentType) (datapath.Options, error) {
 	if err != nil {
 		return opt, err
 	}
-	opt.Preallocate, opt.Progress, opt.Log = s.cfg.Preallocation, s.progress.Update, s.log
+	// Progress is counted on the request body (see handle), not here.
+	opt.Preallocate, opt.Log = s.cfg.Preallocation, s.log
 	opt.Checksum, _ = datapath.ParseChecksum(s.cfg.Checksum)
 	return opt, nil
 }
 
-// filePart finds the multipart part named "file" without reading the
-// parts before it into memory.
-func filePart(r *http.Request) (*multipart.Part, error) {
-	mr, err := r.MultipartReader()
-	if err != nil {
-		return nil, fmt.Errorf("a form upload needs a multipart/form-data body: %w", err)
+// filePart finds the multipart part named "file" in body, r's body,
+// without reading the parts before it into memory.
+func filePart(r *http.Request, body io.Reader) (*multipart.Part, error) {
+	mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || (mt != "multipart/form-data" && mt != "multipart/mixed") || params["boundary"] == "" {
+		return nil, fmt.Errorf("a form upload needs a multipart/form-data body with a boundary (Content-Type %q)", r.Header.Get("Content-Type"))
 	}
+	mr := multipart.NewReader(body, params["boundary"])
 	for {
 		part, err := mr.NextPart()
 		if errors.Is(err, io.EOF) {
@@ -469,6 +488,34 @@ const (
 	maxDrain  = 64 << 20
 	drainTime = 10 * time.Second
 )
+
+// bodyProgress reports the bytes of an upload's body read so far, against
+// its length, until it is stopped at the upload's end.
+type bodyProgress struct {
+	r       io.Reader
+	total   int64
+	report  func(done, total int64)
+	n       atomic.Int64
+	stopped atomic.Bool
+}
+
+func (b *bodyProgress) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	done := b.n.Add(int64(n))
+	if n > 0 && !b.stopped.Load() {
+		b.report(done, b.total)
+	}
+	if err == io.ErrUnexpectedEOF {
+		// A body cut short (the connection died before Content-Length, or
+		// mid-chunk). The data path's buffered copy takes a bare
+		// io.ErrUnexpectedEOF for a short last read, that is for the end:
+		// wrapped, it fails the upload instead of passing a truncated image.
+		err = fmt.Errorf("the upload ended after %d of its %d bytes: %w", done, b.total, err)
+	}
+	return n, err
+}
+
+func (b *bodyProgress) stop() { b.stopped.Store(true) }
 
 // eofNotifier closes eof once the wrapped reader has returned io.EOF.
 type eofNotifier struct {
