@@ -54,24 +54,29 @@ func TestComputeStatus(t *testing.T) {
 		})
 	}
 	upload := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Name: "disk"}, Spec: cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{Upload: &cdiv1.DataVolumeSourceUpload{}}}}
+	// The upload's progress is the share of its body the server received;
+	// the claim's annotation shows through, 100% only once populated.
 	for _, c := range []struct {
-		name  string
-		ann   map[string]string
-		bound corev1.PersistentVolumeClaimPhase
-		phase cdiv1.DataVolumePhase
+		name     string
+		ann      map[string]string
+		bound    corev1.PersistentVolumeClaimPhase
+		phase    cdiv1.DataVolumePhase
+		progress cdiv1.DataVolumeProgress
 	}{
-		{"claim only", nil, corev1.ClaimPending, cdiv1.Pending},
-		{"prime made", map[string]string{cdiv1.AnnPVCPrimeName: "prime-1"}, corev1.ClaimPending, cdiv1.UploadScheduled},
-		{"pod pending", map[string]string{cdiv1.AnnPVCPrimeName: "prime-1", cdiv1.AnnPodPhase: "Pending", cdiv1.AnnPodReady: "false"}, corev1.ClaimPending, cdiv1.UploadScheduled},
-		{"pod running, not ready", map[string]string{cdiv1.AnnPodPhase: "Running", cdiv1.AnnPodReady: "false"}, corev1.ClaimPending, cdiv1.UploadScheduled},
-		{"pod ready", map[string]string{cdiv1.AnnPodPhase: "Running", cdiv1.AnnPodReady: "true"}, corev1.ClaimPending, cdiv1.UploadReady},
-		{"uploaded, rebind pending", map[string]string{cdiv1.AnnPodPhase: "Succeeded", cdiv1.AnnPodReady: "false"}, corev1.ClaimPending, cdiv1.UploadReady},
-		{"server failed", map[string]string{cdiv1.AnnPodPhase: "Failed"}, corev1.ClaimPending, cdiv1.Failed},
-		{"populated", map[string]string{cdiv1.AnnPopulatedFor: "disk", cdiv1.AnnPodPhase: "Succeeded"}, corev1.ClaimBound, cdiv1.Succeeded},
+		{"claim only", nil, corev1.ClaimPending, cdiv1.Pending, "N/A"},
+		{"prime made", map[string]string{cdiv1.AnnPVCPrimeName: "prime-1"}, corev1.ClaimPending, cdiv1.UploadScheduled, "N/A"},
+		{"pod pending", map[string]string{cdiv1.AnnPVCPrimeName: "prime-1", cdiv1.AnnPodPhase: "Pending", cdiv1.AnnPodReady: "false"}, corev1.ClaimPending, cdiv1.UploadScheduled, "N/A"},
+		{"pod running, not ready", map[string]string{cdiv1.AnnPodPhase: "Running", cdiv1.AnnPodReady: "false"}, corev1.ClaimPending, cdiv1.UploadScheduled, "N/A"},
+		{"pod ready, progress not read yet", map[string]string{cdiv1.AnnPodPhase: "Running", cdiv1.AnnPodReady: "true"}, corev1.ClaimPending, cdiv1.UploadReady, "N/A"},
+		{"pod ready, no upload yet", map[string]string{cdiv1.AnnPodPhase: "Running", cdiv1.AnnPodReady: "true", cdiv1.AnnPopulatorProgress: "0.00%"}, corev1.ClaimPending, cdiv1.UploadReady, "0.00%"},
+		{"uploading", map[string]string{cdiv1.AnnPodPhase: "Running", cdiv1.AnnPodReady: "true", cdiv1.AnnPopulatorProgress: "37.50%"}, corev1.ClaimPending, cdiv1.UploadReady, "37.50%"},
+		{"uploaded, rebind pending", map[string]string{cdiv1.AnnPodPhase: "Succeeded", cdiv1.AnnPodReady: "false", cdiv1.AnnPopulatorProgress: "99.99%"}, corev1.ClaimPending, cdiv1.UploadReady, "99.99%"},
+		{"server failed", map[string]string{cdiv1.AnnPodPhase: "Failed"}, corev1.ClaimPending, cdiv1.Failed, "N/A"},
+		{"populated", map[string]string{cdiv1.AnnPopulatedFor: "disk", cdiv1.AnnPodPhase: "Succeeded", cdiv1.AnnPopulatorProgress: "99.99%"}, corev1.ClaimBound, cdiv1.Succeeded, "100.0%"},
 	} {
 		st := ComputeStatus(upload, ClaimView{Claim: pvcWith(c.bound, c.ann)})
-		if st.Phase != c.phase {
-			t.Errorf("upload, %s: phase %s, want %s", c.name, st.Phase, c.phase)
+		if st.Phase != c.phase || st.Progress != c.progress {
+			t.Errorf("upload, %s: phase %s progress %s, want %s %s", c.name, st.Phase, st.Progress, c.phase, c.progress)
 		}
 		if c.phase == cdiv1.Succeeded && st.Conditions[1].Message != "Upload Complete" {
 			t.Errorf("upload, %s: Running %+v", c.name, st.Conditions[1])
