@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/spf13/cobra"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -36,7 +34,7 @@ func newImporterCommand() *cobra.Command {
 				_ = importer.WriteTerminationMessage(p.TerminationLog, importer.TerminationMessage{Outcome: importer.OutcomeFailed, Message: &text, Permanent: &permanent})
 				return err
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+			ctx, stop := importer.SignalContext(context.Background())
 			defer stop()
 			return importer.Run(ctx, cfg, p, log.WithName("importer"))
 		},

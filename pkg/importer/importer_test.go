@@ -4,12 +4,16 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -313,4 +317,85 @@ func TestRunServesProgress(t *testing.T) {
 		t.Fatalf("no intermediate progress seen: %v", vals)
 	}
 	t.Logf("progress samples: %v", vals)
+}
+
+// SIGTERM mid-import (the pod being deleted) stops the importer within a
+// few seconds even while a read from the source is blocked: it returns a
+// context error, writes a Failed termination message that says it was
+// interrupted (never the success marker, never permanent), truncates the
+// half-written image and does not retry the download.
+func TestRunStopsOnSIGTERM(t *testing.T) {
+	const total, sent = 64 << 20, 4 << 20
+	data := make([]byte, sent)
+	for i := range data {
+		data[i] = byte(i*7 + 1) // no all-zero blocks: every byte is written
+	}
+	var requests atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		w.Header().Set("Content-Length", strconv.Itoa(total))
+		w.Write(data)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // the rest never comes: the importer's read blocks
+	}))
+	defer srv.Close()
+	vol := t.TempDir()
+	p := Paths{DataPath: filepath.Join(vol, "disk.img"), BlockPath: filepath.Join(vol, "none"), ScratchDir: filepath.Join(vol, "none"),
+		TerminationLog: filepath.Join(vol, "termination-log")}
+	get, list := env(map[string]string{EnvEndpoint: srv.URL + "/disk.img", EnvImageSize: "128Mi"})
+	cfg, err := ConfigFromEnv(get, list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := SignalContext(context.Background())
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg, p, testr.New(t)) }()
+
+	// Wait until part of the image is on disk, so there is something to discard.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if st, err := os.Stat(p.DataPath); err == nil && st.Size() > 0 {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("import ended before the signal: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no data written")
+		}
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	var runErr error
+	select {
+	case runErr = <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the importer did not stop within 5s of SIGTERM")
+	}
+	t.Logf("stopped %s after SIGTERM: %v", time.Since(start).Round(time.Millisecond), runErr)
+	if !errors.Is(runErr, context.Canceled) {
+		t.Errorf("error %v is not a context error", runErr)
+	}
+	b, err := os.ReadFile(p.TerminationLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m TerminationMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("termination message %q: %v", b, err)
+	}
+	if m.Outcome != OutcomeFailed || m.Message == nil || !strings.Contains(*m.Message, "interrupted") ||
+		!strings.Contains(*m.Message, "terminated") || m.Permanent != nil || m.ScratchSpaceRequired != nil {
+		t.Errorf("termination message %s", b)
+	}
+	if st, err := os.Stat(p.DataPath); err != nil || st.Size() != 0 {
+		t.Errorf("the half-written image was not truncated: %v %v", st.Size(), err)
+	}
+	if n := requests.Load(); n != 1 {
+		t.Errorf("%d requests: the download was retried after the signal", n)
+	}
 }

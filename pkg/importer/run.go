@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"net/textproto"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -71,6 +73,15 @@ func ParseHeaders(lines []string) (http.Header, error) {
 	return h, nil
 }
 
+// SignalContext is the importer's context: SIGTERM (what the kubelet sends
+// when the pod is deleted) or an interrupt cancels it, and context.Cause
+// then names the signal. Every stage of the data path stops on it, so a
+// deleted pod's importer exits at once instead of waiting out its grace
+// period.
+func SignalContext(parent context.Context) (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(parent, syscall.SIGTERM, os.Interrupt)
+}
+
 // Run performs the import described by cfg, serves metrics meanwhile, and
 // writes the termination message. It returns the import error, if any.
 func Run(ctx context.Context, cfg *Config, p Paths, log logr.Logger) error {
@@ -93,15 +104,23 @@ func Run(ctx context.Context, cfg *Config, p Paths, log logr.Logger) error {
 	}
 	start := time.Now()
 	res, runErr := runImport(ctx, cfg, p, log, progress)
+	if runErr != nil && ctx.Err() != nil {
+		// Stopped from outside (usually the pod being deleted): say so
+		// rather than leave a bare "context canceled" from whichever stage
+		// was running. Never permanent: the same import may be run again.
+		runErr = &InterruptedError{Cause: context.Cause(ctx), Err: runErr}
+	}
 	msg := TerminationMessage{Outcome: OutcomeSucceeded}
 	if runErr != nil {
 		text := runErr.Error()
 		msg = TerminationMessage{Outcome: OutcomeFailed, Message: &text}
-		if Permanent(runErr) {
+		var interrupted *InterruptedError
+		stopped := errors.As(runErr, &interrupted)
+		if Permanent(runErr) && !stopped {
 			permanent := true
 			msg.Permanent = &permanent
 		}
-		if errors.Is(runErr, datapath.ErrScratchRequired) {
+		if errors.Is(runErr, datapath.ErrScratchRequired) && !stopped {
 			t := true
 			msg.ScratchSpaceRequired = &t
 		}
@@ -125,6 +144,19 @@ func Run(ctx context.Context, cfg *Config, p Paths, log logr.Logger) error {
 	}
 	return runErr
 }
+
+// InterruptedError is an import stopped by its context (a signal) before
+// it finished. It matches context.Canceled and the stage's own error.
+type InterruptedError struct {
+	Cause error // why the context ended, e.g. "terminated signal received"
+	Err   error // what the running stage returned
+}
+
+func (e *InterruptedError) Error() string {
+	return fmt.Sprintf("import interrupted before it finished (%v); the partial image is not valid: %v", e.Cause, e.Err)
+}
+
+func (e *InterruptedError) Unwrap() []error { return []error{e.Cause, e.Err} }
 
 func runImport(ctx context.Context, cfg *Config, p Paths, log logr.Logger, progress *Progress) (*datapath.Result, error) {
 	opt, err := DestinationOptions(p, datapath.ContentType(cfg.ContentType), cfg.ImageSize, cfg.FilesystemOverhead)

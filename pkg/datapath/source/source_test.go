@@ -2,6 +2,7 @@ package source
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -174,4 +175,86 @@ func TestStalledDownloadResumes(t *testing.T) {
 	if err != nil || string(got) != string(body) {
 		t.Fatalf("read %d bytes, err %v", len(got), err)
 	}
+}
+
+// Cancelling the context stops a download at once, however it is stuck:
+// a Read blocked on a body that sends nothing (long before the idle
+// timeout would fire), or a retry loop waiting out its backoff. Nothing is
+// retried after the cancel.
+func TestCancelStopsPromptly(t *testing.T) {
+	const bound = 5 * time.Second // generous: the point is "not the idle timeout or backoff"
+	t.Run("blocked read", func(t *testing.T) {
+		var requests atomic.Int32
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			requests.Add(1)
+			w.Header().Set("Accept-Ranges", "bytes")
+			w.Header().Set("Content-Length", "1000000")
+			w.Write(make([]byte, 1000))
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+		}))
+		defer srv.Close()
+		h, err := NewHTTP(HTTPConfig{URL: srv.URL + "/disk.img", IdleTimeout: time.Hour, Backoff: time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		rc, err := h.Open(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rc.Close()
+		if _, err := io.ReadFull(rc, make([]byte, 1000)); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := rc.Read(make([]byte, 1000)) // blocks: the server sends nothing more
+			done <- err
+		}()
+		time.Sleep(100 * time.Millisecond)
+		cancel()
+		select {
+		case err := <-done:
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("Read returned %v, want a context error", err)
+			}
+		case <-time.After(bound):
+			t.Fatalf("Read still blocked %s after the cancel", bound)
+		}
+		if n := requests.Load(); n != 1 {
+			t.Errorf("%d requests: the download was resumed after the cancel", n)
+		}
+	})
+	t.Run("backoff", func(t *testing.T) {
+		var requests atomic.Int32
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			requests.Add(1)
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+		}))
+		defer srv.Close()
+		h, err := NewHTTP(HTTPConfig{URL: srv.URL + "/disk.img", Retries: 100, Backoff: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(100*time.Millisecond, cancel)
+		done := make(chan error, 1)
+		go func() {
+			_, err := h.Open(ctx)
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("Open returned %v, want a context error", err)
+			}
+		case <-time.After(bound):
+			t.Fatalf("Open still backing off %s after the cancel", bound)
+		}
+		if n := requests.Load(); n != 1 {
+			t.Errorf("%d requests, want 1", n)
+		}
+	})
 }
