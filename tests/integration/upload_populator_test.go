@@ -168,6 +168,11 @@ func TestUploadPopulator(t *testing.T) {
 		return target.Annotations[cdiv1.AnnPodReady] == "true" && target.Annotations[cdiv1.AnnPodPhase] == "Running" &&
 			prime.Annotations[cdiv1.AnnPodReady] == "true"
 	})
+	// Nothing serves this pod's /metrics (it has no IP here): the claim
+	// shows no progress rather than a made-up one.
+	if p, ok := target.Annotations[cdiv1.AnnPopulatorProgress]; ok {
+		t.Errorf("progress %q on the claim though the upload server was never read", p)
+	}
 
 	// The upload server stops after an async upload it could not write: a
 	// new upload pod replaces it, and the claim counts the restart.
@@ -187,6 +192,10 @@ func TestUploadPopulator(t *testing.T) {
 		return target.Annotations[cdiv1.AnnPodRestarts] == "1" &&
 			k8sClient.Get(ctx, client2Key(pod), fresh) == nil && fresh.UID != oldUID && fresh.DeletionTimestamp == nil
 	})
+	// The new server has received nothing: the upload starts over from 0.
+	if p := target.Annotations[cdiv1.AnnPopulatorProgress]; p != "0.00%" {
+		t.Errorf("progress %q on the claim after the upload server was replaced, want 0.00%%", p)
+	}
 	t.Logf("after the upload server stopped: restarts %s, running %q", target.Annotations[cdiv1.AnnPodRestarts], target.Annotations[cdiv1.AnnRunningConditionMessage])
 }
 
