@@ -16,6 +16,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -24,6 +25,7 @@ import (
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 	"github.com/kubefill/kubefill/pkg/controller"
 	"github.com/kubefill/kubefill/pkg/datapath/testimg"
+	"github.com/kubefill/kubefill/pkg/importer"
 	"github.com/kubefill/kubefill/tests/cluster"
 )
 
@@ -432,11 +434,62 @@ func TestVmdkImportThroughScratch(t *testing.T) {
 	}
 }
 
+// gcFollowsDataVolumes is set once the cluster's garbage collector has been
+// seen to cascade a DataVolume's deletion.
+var gcFollowsDataVolumes sync.Once
+
+// waitGCFollowsDataVolumes waits until deleting a DataVolume cascades to its
+// dependents. kube-controller-manager's garbage collector picks up new
+// resource types by rediscovering the API every 30 s, and startKubefill
+// installs the CRDs after it started: until the next rediscovery it does not
+// watch DataVolumes, so a DataVolume deleted meanwhile keeps its claim, and
+// the claim its prime and importer, until then (the import may even finish).
+// That is the cluster's start-up, not Kubefill; a timed delete waits it out.
+func waitGCFollowsDataVolumes(t *testing.T, c client.Client, ns string) {
+	t.Helper()
+	gcFollowsDataVolumes.Do(func() {
+		start := time.Now()
+		// A DataVolume that waits for a consumer that never comes: nothing runs.
+		probe := httpDV(ns, "gc-probe", "http://127.0.0.1:1/never", cluster.StorageClassWFFC)
+		if err := c.Create(context.Background(), probe); err != nil {
+			t.Fatal(err)
+		}
+		dependent := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "gc-probe", Namespace: ns,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: cdiv1.SchemeGroupVersion.String(), Kind: "DataVolume", Name: probe.Name, UID: probe.UID}}}}
+		if err := c.Create(context.Background(), dependent); err != nil {
+			t.Fatal(err)
+		}
+		// The DataVolume's claim appearing gives the collector time to see
+		// the ConfigMap while its owner exists; deleting the owner first
+		// would let the collector remove it without watching DataVolumes.
+		claim := types.NamespacedName{Namespace: ns, Name: probe.Name}
+		pollUntil(t, time.Minute, "the probe DataVolume's claim", func() bool {
+			return c.Get(context.Background(), claim, &corev1.PersistentVolumeClaim{}) == nil
+		})
+		if err := c.Delete(context.Background(), probe); err != nil {
+			t.Fatal(err)
+		}
+		pollUntil(t, 2*time.Minute, "the garbage collector to remove a deleted DataVolume's dependents", func() bool {
+			return apierrors.IsNotFound(c.Get(context.Background(), client.ObjectKeyFromObject(dependent), &corev1.ConfigMap{})) &&
+				apierrors.IsNotFound(c.Get(context.Background(), claim, &corev1.PersistentVolumeClaim{}))
+		})
+		t.Logf("the garbage collector follows DataVolume deletions (waited %s)", time.Since(start).Round(time.Millisecond))
+	})
+}
+
+// deleteBound is how long deleting a DataVolume mid-import may take until
+// its claim, prime, importer pod and volume are all gone. The importer stops
+// on SIGTERM in milliseconds, so this is API and controller latency only;
+// the importer waiting out its 30 s grace period would exceed it.
+const deleteBound = 20 * time.Second
+
 // TestDeleteMidImportLeaksNothing deletes a DataVolume while its import
-// runs: the claim, the prime, the importer pod and the prime's volume all go.
+// runs: the claim, the prime, the importer pod and the prime's volume all go,
+// promptly, and the interrupted importer reports failure, not success.
 func TestDeleteMidImportLeaksNothing(t *testing.T) {
 	c := startKubefill(t)
 	ns := newNamespace(t)
+	waitGCFollowsDataVolumes(t, c, ns)
 	dir := t.TempDir()
 	name := rawImage(t, dir, 16<<20)
 	dv := httpDV(ns, "doomed", throttledServer(t, dir, 1<<20)+"/"+name, cluster.StorageClassImmediate)
@@ -456,12 +509,41 @@ func TestDeleteMidImportLeaksNothing(t *testing.T) {
 	if volume == "" {
 		t.Fatal("the prime has no volume mid-import")
 	}
+	// The node agent publishes the importer's final status before it
+	// removes the pod; a watch sees it.
+	w, err := cl.Client.CoreV1().Pods(ns).Watch(context.Background(), metav1.ListOptions{LabelSelector: cdiv1.LabelComponent + "=importer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var final *corev1.ContainerStateTerminated
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for ev := range w.ResultChan() {
+			if pod, ok := ev.Object.(*corev1.Pod); ok {
+				for _, st := range pod.Status.ContainerStatuses {
+					if st.Name == "importer" && st.State.Terminated != nil {
+						final = st.State.Terminated
+					}
+				}
+			}
+		}
+	}()
+
 	if err := c.Delete(context.Background(), dv); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	deadline := start.Add(2 * time.Minute)
-	for {
+	// Each piece is logged when it goes, so a slow delete shows which
+	// piece held it up.
+	gone := map[string]time.Duration{}
+	note := func(what string, present bool) {
+		if _, seen := gone[what]; !seen && !present {
+			gone[what] = time.Since(start).Round(time.Millisecond)
+			t.Logf("%s gone %s after the delete", what, gone[what])
+		}
+	}
+	for deadline := start.Add(2 * time.Minute); ; time.Sleep(250 * time.Millisecond) {
 		pods, primes := countWorkers(t, c, ns)
 		claims := &corev1.PersistentVolumeClaimList{}
 		if err := c.List(context.Background(), claims, client.InNamespace(ns)); err != nil {
@@ -469,13 +551,42 @@ func TestDeleteMidImportLeaksNothing(t *testing.T) {
 		}
 		pv := &corev1.PersistentVolume{}
 		pvErr := c.Get(context.Background(), types.NamespacedName{Name: volume}, pv)
-		if pods == 0 && primes == 0 && len(claims.Items) == 0 && pvErr != nil {
-			t.Logf("claim, prime, importer and volume %s gone %s after the delete", volume, time.Since(start).Round(time.Millisecond))
-			return
+		note("importer pod", pods > 0)
+		note("prime", primes > 0)
+		note("claims", len(claims.Items) > 0)
+		note("volume "+volume, pvErr == nil)
+		if pods == 0 && primes == 0 && len(claims.Items) == 0 && apierrors.IsNotFound(pvErr) {
+			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("left after deleting mid-import: %d pods, %d primes, %d claims, volume %s present=%v", pods, primes, len(claims.Items), volume, pvErr == nil)
 		}
-		time.Sleep(500 * time.Millisecond)
+	}
+	took := time.Since(start)
+	t.Logf("claim, prime, importer and volume %s gone %s after the delete", volume, took.Round(time.Millisecond))
+	if took > deleteBound {
+		t.Errorf("deleting mid-import took %s, more than %s", took.Round(time.Millisecond), deleteBound)
+	}
+
+	w.Stop()
+	<-watched
+	switch {
+	case final == nil:
+		t.Log("the importer's final status was not seen before its pod went")
+	case final.ExitCode == 0 || strings.Contains(final.Message, importer.OutcomeSucceeded) || strings.Contains(final.Message, importer.MessageImportComplete):
+		t.Errorf("the interrupted importer ended as a success: exit %d, %q", final.ExitCode, final.Message)
+	default:
+		t.Logf("the importer exited %d: %s", final.ExitCode, final.Message)
+	}
+}
+
+// pollUntil polls cond every 250 ms and fails the test if it is not true
+// within timeout.
+func pollUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); !cond(); time.Sleep(250 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
 	}
 }
