@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -32,18 +33,19 @@ const (
 // uploadServer stands in for the upload pod: mTLS, counts what it receives.
 type uploadServer struct {
 	*httptest.Server
-	requests atomic.Int64
-	received atomic.Int64
-	mu       sync.Mutex
-	lastPath string
-	lastAuth string
-	lastCT   string
+	requests  atomic.Int64
+	received  atomic.Int64
+	mu        sync.Mutex
+	lastPath  string
+	lastAuth  string
+	lastCT    string
+	lastProto string
 }
 
 func (u *uploadServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u.requests.Add(1)
 	u.mu.Lock()
-	u.lastPath, u.lastAuth, u.lastCT = r.URL.Path, r.Header.Get("Authorization"), r.Header.Get("Content-Type")
+	u.lastPath, u.lastAuth, u.lastCT, u.lastProto = r.URL.Path, r.Header.Get("Authorization"), r.Header.Get("Content-Type"), r.Proto
 	u.mu.Unlock()
 	buf := make([]byte, 64<<10)
 	var n int64
@@ -90,7 +92,7 @@ func (s *staticResolver) Resolve(_ context.Context, ns, name string) (Endpoint, 
 type rig struct {
 	upstream *uploadServer
 	resolver *staticResolver
-	proxy    *httptest.Server
+	proxy    *proxyServer
 	key      *rsa.PrivateKey
 	gen      token.Generator
 	clientCA *testCA
@@ -100,15 +102,7 @@ type rig struct {
 func newRig(t *testing.T) *rig {
 	t.Helper()
 	r := &rig{serverCA: newTestCA(t, "upload-server-ca"), clientCA: newTestCA(t, "upload-client-ca")}
-	r.upstream = &uploadServer{}
-	r.upstream.Server = httptest.NewUnstartedServer(r.upstream)
-	r.upstream.TLS = &tls.Config{
-		Certificates: []tls.Certificate{r.serverCA.tlsCert(t, "cdi-upload-"+testPrime, []string{ServiceHost(testNS, testPrime)}, false)},
-		ClientAuth:   tls.RequireAndVerifyClientCert,
-		ClientCAs:    r.clientCA.pool(),
-	}
-	r.upstream.StartTLS()
-	t.Cleanup(r.upstream.Close)
+	r.upstream = r.startUploadServer(t, false)
 
 	r.resolver = &staticResolver{targets: map[string]Endpoint{
 		testNS + "/" + testPVC: {URL: r.upstream.URL, ServerName: ServiceHost(testNS, testPrime)},
@@ -129,10 +123,65 @@ func newRig(t *testing.T) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.proxy = httptest.NewUnstartedServer(h)
-	r.proxy.StartTLS()
-	t.Cleanup(r.proxy.Close)
+	r.proxy = serveProxy(t, h)
 	return r
+}
+
+// proxyServer is the proxy served as run.go serves it (NewServer, Serve),
+// so that tests see its real protocol and timeout settings.
+type proxyServer struct {
+	URL    string
+	client *http.Client
+}
+
+// Client is a client of the proxy set up like kubefill upload's: Go's
+// default transport, which offers HTTP/2.
+func (p *proxyServer) Client() *http.Client { return p.client }
+
+func serveProxy(t *testing.T, h http.Handler) *proxyServer {
+	t.Helper()
+	ca := newTestCA(t, "upload-proxy-ca")
+	srv := NewServer(h, &tls.Config{Certificates: []tls.Certificate{ca.tlsCert(t, "kubefill-uploadproxy", []string{"127.0.0.1"}, false)}})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- Serve(ctx, srv, ln, 5*time.Second) }()
+	c := &http.Client{Transport: defaultishTransport(&tls.Config{RootCAs: ca.pool()})}
+	t.Cleanup(func() {
+		c.CloseIdleConnections()
+		cancel()
+		if err := <-errc; err != nil {
+			t.Errorf("serving the proxy: %v", err)
+		}
+	})
+	return &proxyServer{URL: "https://" + ln.Addr().String(), client: c}
+}
+
+// defaultishTransport is Go's default transport with cfg, as kubefill upload
+// and most Go clients build theirs.
+func defaultishTransport(cfg *tls.Config) *http.Transport {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = cfg
+	return tr
+}
+
+// startUploadServer starts an upload server with the rig's certificates,
+// offering HTTP/2 too if http2.
+func (r *rig) startUploadServer(t *testing.T, http2 bool) *uploadServer {
+	u := &uploadServer{}
+	u.Server = httptest.NewUnstartedServer(u)
+	u.EnableHTTP2 = http2
+	u.TLS = &tls.Config{
+		Certificates: []tls.Certificate{r.serverCA.tlsCert(t, "cdi-upload-"+testPrime, []string{ServiceHost(testNS, testPrime)}, false)},
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		ClientCAs:    r.clientCA.pool(),
+	}
+	u.StartTLS()
+	t.Cleanup(u.Close)
+	return u
 }
 
 // transport builds the proxy's upstream transport with a client certificate from ca.
@@ -394,6 +443,50 @@ func TestUpstreamMutualTLS(t *testing.T) {
 		t.Errorf("proxy with an untrusted client certificate: %d %q, want 502", resp.StatusCode, b)
 	}
 	t.Logf("untrusted client certificate: %d %s", resp.StatusCode, strings.TrimSpace(string(b)))
+}
+
+// TestUploadsGoAsHTTP1: a client that offers HTTP/2 (Go's default
+// transport, as kubefill upload's) gets HTTP/1.1 from the proxy, and the
+// proxy uses HTTP/1.1 to an upload server that offers HTTP/2: HTTP/2's
+// flow control window bounds an upload to 1 MiB per round trip.
+func TestUploadsGoAsHTTP1(t *testing.T) {
+	r := newRig(t)
+	up := r.startUploadServer(t, true)
+	r.resolver.targets[testNS+"/"+testPVC] = Endpoint{URL: up.URL, ServerName: ServiceHost(testNS, testPrime)}
+
+	// The checks below mean something: both ends do speak HTTP/2 to a peer that offers it.
+	direct := &http.Client{Transport: defaultishTransport(&tls.Config{
+		RootCAs: r.serverCA.pool(), ServerName: ServiceHost(testNS, testPrime),
+		Certificates: []tls.Certificate{r.clientCA.tlsCert(t, "direct", nil, true)},
+	})}
+	resp, err := direct.Post(up.URL+PathUpload, "application/octet-stream", strings.NewReader("abc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.ProtoMajor != 2 {
+		t.Fatalf("the test's client and upload server spoke %s to each other, want HTTP/2", resp.Proto)
+	}
+
+	req, _ := http.NewRequest(http.MethodPost, r.proxy.URL+PathUpload, strings.NewReader("abc"))
+	req.Header.Set("Authorization", "Bearer "+r.token(t, token.NewUploadPayload(testNS, testPVC)))
+	resp, err = r.proxy.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(b) != "received 3 bytes" {
+		t.Fatalf("upload through the proxy: %d %q", resp.StatusCode, b)
+	}
+	if resp.Proto != "HTTP/1.1" {
+		t.Errorf("the proxy answered a client offering HTTP/2 with %s, want HTTP/1.1", resp.Proto)
+	}
+	up.mu.Lock()
+	defer up.mu.Unlock()
+	if up.lastProto != "HTTP/1.1" {
+		t.Errorf("the proxy sent the upload to the upload server with %s, want HTTP/1.1", up.lastProto)
+	}
 }
 
 // TestStreamsWithoutBuffering sends a body the proxy could not hold: the first
