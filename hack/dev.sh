@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The main job (`make dev`): brings up the local single-node cluster with real
-# storage and Kubefill's controller, and shows it working: a PVC on the
+# storage and Kubefill (controller, API server, upload proxy), and shows it working: a PVC on the
 # default storage class is provisioned by the real external-provisioner
 # through our hostpath CSI driver, bound by the real PV controller, written by
 # one pod and read back by another; then a DataVolume imports a small qcow2
 # over HTTP, its phase and progress are printed, and a pod checks the bytes
-# against qemu-img's conversion. The cluster stays up; `bash hack/dev.sh down` removes
-# everything it made (processes, mounts, network namespaces, veths, files).
+# against qemu-img's conversion; then `kubefill upload dv` uploads the same
+# qcow2 through the upload proxy, and a pod checks those bytes too. The
+# cluster stays up; `bash hack/dev.sh down` removes everything it made
+# (processes, mounts, network namespaces, veths, files).
 #
 #   bash hack/dev.sh          # or: bash hack/dev.sh up
 #   bash hack/dev.sh down
@@ -64,11 +66,16 @@ The local cluster is up ($(( $(date +%s) - start ))s including builds).
   binary built from this checkout, busybox-like images run the host's shell.
   Component logs: $DIR/logs/   Pod logs: $DIR/node/pods/<pod uid>/containers/<name>/current.log
 
-  Kubefill's CRDs are installed and its controller (built from this checkout)
-  runs as part of the cluster: $DIR/logs/kubefill-controller.log
+  Kubefill (built from this checkout) runs as part of the cluster: its CRDs,
+  its controller, its aggregated API server behind the APIService
+  v1beta1.upload.cdi.kubevirt.io, and its upload proxy (URL in CDIConfig
+  status.uploadProxyURL). Logs: $DIR/logs/kubefill-*.log
 
 Next steps:
   create DataVolumes (cdi.kubevirt.io/v1beta1) against \$KUBECONFIG
+  upload a disk image from this machine:
+    go run ./cmd/kubefill upload dv my-disk --size=1Gi --image-path=disk.qcow2 \\
+        --ca-cert=$DIR/kubefill/kubefill-system/proxy-ca.crt
   bash hack/dev.sh down     (remove everything)
 EOF
     ;;

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -122,6 +123,26 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
 	}
 	if err := uploadPopulator.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("registering the upload populator: %w", err)
+	}
+	if installNS != "" {
+		// The upload proxy mounts its client certificate Secret: it must exist
+		// before the first upload, not only once an upload pod is made.
+		uploadPKI := manager.RunnableFunc(func(ctx context.Context) error {
+			err := wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: time.Second, Factor: 2, Steps: 8, Cap: time.Minute}, func(ctx context.Context) (bool, error) {
+				_, _, err := populators.EnsureUploadPKI(ctx, mgr.GetClient(), mgr.GetAPIReader(), installNS)
+				if err != nil {
+					ctrl.Log.WithName("setup").Error(err, "creating the upload CAs and the upload proxy's client certificate; retrying")
+				}
+				return err == nil, nil
+			})
+			if err != nil {
+				ctrl.Log.WithName("setup").Error(err, "gave up creating the upload PKI at start; the upload populator creates it with the first upload")
+			}
+			return nil
+		})
+		if err := mgr.Add(uploadPKI); err != nil {
+			return nil, fmt.Errorf("adding the upload PKI set-up: %w", err)
+		}
 	}
 	return mgr, nil
 }

@@ -74,6 +74,10 @@ func scriptDir(repo, script, env string) (string, error) {
 	return dir, nil
 }
 
+// DevBinaryPath is where the harness builds a binary of this checkout
+// ("kubefill", "kubefill-dev").
+func DevBinaryPath(name string) string { return filepath.Join(CacheDir(), "dev", name) }
+
 // goBuild builds a package of this checkout into the cache. `go build` skips
 // the link when the existing output already has the build ID of the current
 // sources, so this is cached by content; a lock keeps concurrent test
@@ -93,7 +97,7 @@ func goBuild(repo, pkg, name string) (string, error) {
 	}
 	defer func() { _ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) }()
 
-	out := filepath.Join(dir, name)
+	out := DevBinaryPath(name)
 	cmd := exec.Command("go", "build", "-o", out, pkg)
 	cmd.Dir = repo
 	cmd.Env = append(os.Environ(), "GOTOOLCHAIN=local")

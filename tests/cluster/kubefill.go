@@ -16,8 +16,9 @@ import (
 // KubefillNamespace is where the dev cluster's Kubefill keeps its own objects.
 const KubefillNamespace = "kubefill-system"
 
-// startKubefill installs Kubefill's CRDs and starts `kubefill controller`
-// from this checkout as one of the cluster's processes.
+// startKubefill installs Kubefill's CRDs and starts `kubefill controller`,
+// `kubefill apiserver` and `kubefill uploadproxy` from this checkout as the
+// cluster's processes.
 func (c *Cluster) startKubefill(ctx context.Context) error {
 	t0 := time.Now()
 	if c.kubefillBin == "" {
@@ -42,8 +43,14 @@ func (c *Cluster) startKubefill(ctx context.Context) error {
 	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, installNS, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating namespace %s: %w", KubefillNamespace, err)
 	}
+	proxyPort, err := FreePort()
+	if err != nil {
+		return err
+	}
 	rec, err := c.run("kubefill-controller", nil, c.kubefillBin, "controller",
 		"--kubeconfig="+c.Kubeconfig,
+		// Published in CDIConfig status, where `kubefill upload` and virtctl look.
+		fmt.Sprintf("--uploadproxy-url=https://127.0.0.1:%d", proxyPort),
 		"--install-namespace="+KubefillNamespace,
 		"--leader-elect=false",
 		"--metrics-bind-address=0",
@@ -63,5 +70,8 @@ func (c *Cluster) startKubefill(ctx context.Context) error {
 		return fmt.Errorf("kubefill controller exited:\n%s", logTail(rec.LogFile, 30))
 	}
 	c.opts.Logf("cluster: Kubefill CRDs installed and controller running (%s)", time.Since(t0).Round(time.Millisecond))
+	if _, err := c.StartUploadServices(ctx, KubefillNamespace, proxyPort); err != nil {
+		return fmt.Errorf("starting Kubefill's upload services: %w", err)
+	}
 	return nil
 }

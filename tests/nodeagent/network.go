@@ -1,6 +1,7 @@
 package nodeagent
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -59,17 +60,41 @@ func (n *podNetwork) names(uid string) string {
 // fence installs an unreachable route for the whole pod subnet, so that
 // traffic for an address no pod holds fails on the host instead of following
 // the default route off the machine. The pods' /32 routes are more specific.
+// It also puts the gateway address on a link of the host's own, so that host
+// processes can listen there before any pod exists (kube-apiserver reaches
+// aggregated API servers on the host that way; it refuses loopback endpoints).
 func (n *podNetwork) fence() error {
-	return ip("route", "replace", "unreachable", n.subnet.String())
+	if err := ip("route", "replace", "unreachable", n.subnet.String()); err != nil {
+		return err
+	}
+	// A veth pair with both ends on the host: some kernels lack dummy links.
+	link, peer := n.gatewayLink(), n.prefix+"gp"
+	if err := ip("link", "add", link, "type", "veth", "peer", "name", peer); err != nil && !strings.Contains(err.Error(), "File exists") {
+		return err
+	}
+	if err := ip("addr", "replace", n.gateway.String()+"/32", "dev", link); err != nil {
+		return err
+	}
+	if err := ip("link", "set", peer, "up"); err != nil {
+		return err
+	}
+	return ip("link", "set", link, "up")
 }
 
-// unfence removes that route.
+// gatewayLink names the link holding the gateway address; the prefix is the
+// cluster's, so teardown removes it with the pods' links.
+func (n *podNetwork) gatewayLink() string { return n.prefix + "gw" }
+
+// unfence removes the route and the gateway's link.
 func (n *podNetwork) unfence() error {
-	err := ip("route", "del", "unreachable", n.subnet.String())
-	if err != nil && strings.Contains(err.Error(), "No such process") {
-		return nil
+	var errs []error
+	if err := ip("route", "del", "unreachable", n.subnet.String()); err != nil && !strings.Contains(err.Error(), "No such process") {
+		errs = append(errs, err)
 	}
-	return err
+	if err := ip("link", "del", n.gatewayLink()); err != nil && !strings.Contains(err.Error(), "Cannot find device") {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 func (n *podNetwork) allocate(owner string) (netip.Addr, error) {

@@ -26,7 +26,7 @@ const demoNamespace = "kubefill-demo"
 func runDemo(args []string) error {
 	fs := flag.NewFlagSet("demo", flag.ExitOnError)
 	kubeconfig := fs.String("kubeconfig", "", "admin kubeconfig of the cluster")
-	importDir := fs.String("import-from-dir", "", "also import a qcow2 through a DataVolume (needs Kubefill's controller, `up --kubefill`); the cluster dir `up` used")
+	importDir := fs.String("import-from-dir", "", "also import a qcow2 through a DataVolume and upload one with `kubefill upload` (needs Kubefill, `up --kubefill`); the cluster dir `up` used")
 	_ = fs.Parse(args)
 	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
 	if err != nil {
@@ -91,7 +91,10 @@ func runDemo(args []string) error {
 	if err != nil {
 		return err
 	}
-	return runImportDemo(ctx, cfg, client, st.PodSubnet)
+	if err := runImportDemo(ctx, cfg, client, st.PodSubnet); err != nil {
+		return err
+	}
+	return runUploadDemo(ctx, client, *kubeconfig, *importDir)
 }
 
 func runDemoPod(ctx context.Context, client kubernetes.Interface, name, claim, script string) (string, error) {

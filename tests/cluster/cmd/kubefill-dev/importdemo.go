@@ -163,7 +163,13 @@ func runImportDemo(ctx context.Context, cfg *rest.Config, client kubernetes.Inte
 		}
 		return fmt.Errorf("DataVolume %s ended %s", dvName, got.Status.Phase)
 	}
-	read, err := runDemoPod(ctx, client, dvName+"-check", dvName,
+	return checkClaimBytes(ctx, client, dvName, size, want)
+}
+
+// checkClaimBytes has a pod read the first size bytes of the claim's
+// disk.img and compares their sha256 with want.
+func checkClaimBytes(ctx context.Context, client kubernetes.Interface, claim string, size int64, want string) error {
+	read, err := runDemoPod(ctx, client, claim+"-check", claim,
 		fmt.Sprintf("head -c %d /data/disk.img | sha256sum | cut -d' ' -f1 > /dev/termination-log", size))
 	if err != nil {
 		return err
