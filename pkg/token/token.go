@@ -96,6 +96,12 @@ func NewGenerator(issuer string, key *rsa.PrivateKey, lifetime time.Duration) Ge
 	return NewDynamicGenerator(issuer, func() (*rsa.PrivateKey, error) { return key, nil }, lifetime)
 }
 
+// NewGeneratorAt is NewGenerator with the caller's clock: tests use it to
+// issue tokens that are already expired or not yet valid.
+func NewGeneratorAt(issuer string, key *rsa.PrivateKey, lifetime time.Duration, now func() time.Time) Generator {
+	return &generator{issuer: issuer, key: func() (*rsa.PrivateKey, error) { return key, nil }, lifetime: lifetime, now: now}
+}
+
 // NewDynamicGenerator returns a Generator that asks key for the signing key on every token.
 func NewDynamicGenerator(issuer string, key PrivateKeyFunc, lifetime time.Duration) Generator {
 	return &generator{issuer: issuer, key: key, lifetime: lifetime, now: time.Now}

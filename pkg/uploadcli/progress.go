@@ -9,6 +9,108 @@ import (
 	"github.com/schollz/progressbar/v3"
 )
 
+// NewProgress is a progress bar on a terminal, and elsewhere (a log file, a
+// CI job) a plain line every few seconds, since a redrawn bar there becomes
+// one endless line.
+func NewProgress(w io.Writer) Progress {
+	if IsTerminal(w) {
+		return &Bar{W: w}
+	}
+	return &Lines{W: w, Every: 2 * time.Second}
+}
+
+// Lines is a Progress that prints one line per interval: bytes, percent,
+// rate and the time left.
+type Lines struct {
+	W     io.Writer
+	Every time.Duration
+	// Now is the clock; time.Now if nil.
+	Now func() time.Time
+
+	total, sent  int64
+	start, since time.Time
+}
+
+func (l *Lines) now() time.Time {
+	if l.Now != nil {
+		return l.Now()
+	}
+	return time.Now()
+}
+
+// Start implements Progress.
+func (l *Lines) Start(total int64) {
+	l.total, l.sent = total, 0
+	l.start = l.now()
+	l.since = l.start
+}
+
+// Wrap implements Progress.
+func (l *Lines) Wrap(r io.Reader) io.Reader { return &linesReader{r: r, l: l} }
+
+// Finish implements Progress.
+func (l *Lines) Finish(ok bool) {
+	if ok {
+		l.print()
+	}
+}
+
+func (l *Lines) add(n int) {
+	l.sent += int64(n)
+	if now := l.now(); now.Sub(l.since) >= l.Every {
+		l.since = now
+		l.print()
+	}
+}
+
+func (l *Lines) print() {
+	fmt.Fprintln(l.W, ProgressLine(l.sent, l.total, l.now().Sub(l.start)))
+}
+
+type linesReader struct {
+	r io.Reader
+	l *Lines
+}
+
+func (lr *linesReader) Read(p []byte) (int, error) {
+	n, err := lr.r.Read(p)
+	lr.l.add(n)
+	return n, err
+}
+
+// ProgressLine says how far an upload is: "uploaded 512.0 MiB of 2.0 GiB
+// (25%), 190.2 MiB/s, about 8s left".
+func ProgressLine(sent, total int64, elapsed time.Duration) string {
+	line := fmt.Sprintf("uploaded %s of %s", iec(sent), iec(total))
+	if total > 0 {
+		line += fmt.Sprintf(" (%d%%)", sent*100/total)
+	}
+	if secs := elapsed.Seconds(); secs > 0 && sent > 0 {
+		rate := float64(sent) / secs
+		line += fmt.Sprintf(", %s/s", iec(int64(rate)))
+		if left := total - sent; left > 0 {
+			line += fmt.Sprintf(", about %s left", time.Duration(float64(left)/rate*float64(time.Second)).Round(time.Second))
+		}
+	}
+	return line
+}
+
+// iec renders a byte count in KiB, MiB or GiB with one decimal.
+func iec(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, suffix := float64(n)/unit, "KiB"
+	for _, s := range []string{"MiB", "GiB", "TiB"} {
+		if v < unit {
+			break
+		}
+		v, suffix = v/unit, s
+	}
+	return fmt.Sprintf("%.1f %s", v, suffix)
+}
+
 // Bar is a Progress drawn with progressbar: bytes, rate and ETA.
 type Bar struct {
 	W   io.Writer

@@ -107,7 +107,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	up := &Uploader{
 		Client: httpc, ProxyURL: proxyURL, Retry: o.Retry,
 		Token:    r.token,
-		Progress: &Bar{W: r.Out},
+		Progress: NewProgress(r.Out),
 		Log:      func(f string, a ...any) { r.printf(f, a...) },
 	}
 	path := UploadPath(o.Archive(), up.ProbeAsync(ctx))

@@ -308,12 +308,16 @@ func TestTwentyDataVolumesInParallel(t *testing.T) {
 }
 
 // startManager runs a controller manager that can be stopped mid-test.
-func startManager(t *testing.T) (client.Client, func()) {
+func startManager(t *testing.T, configure ...func(*controller.ManagerOptions)) (client.Client, func()) {
 	t.Helper()
-	mgr, err := controller.NewManager(cl.Config, controller.ManagerOptions{
+	opts := controller.ManagerOptions{
 		MetricsBindAddress: "0", HealthProbeBindAddress: "0", SkipNameValidation: true,
 		WorkerImage: "kubefill/kubefill:e2e", WorkerPullPolicy: corev1.PullIfNotPresent,
-	})
+	}
+	for _, f := range configure {
+		f(&opts)
+	}
+	mgr, err := controller.NewManager(cl.Config, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+	"github.com/kubefill/kubefill/pkg/controller"
 	"github.com/kubefill/kubefill/pkg/datapath/testimg"
 	"github.com/kubefill/kubefill/tests/cluster"
 )
@@ -30,7 +31,7 @@ var installCRDs sync.Once
 
 // startKubefill installs Kubefill's CRDs (once) and runs its controller
 // manager, from this checkout, against the local cluster for one test.
-func startKubefill(t *testing.T) client.Client {
+func startKubefill(t *testing.T, configure ...func(*controller.ManagerOptions)) client.Client {
 	t.Helper()
 	installCRDs.Do(func() {
 		// The controllers log their errors; the rest stays quiet.
@@ -43,7 +44,7 @@ func startKubefill(t *testing.T) client.Client {
 			t.Fatalf("installing Kubefill's CRDs: %v", err)
 		}
 	})
-	c, _ := startManager(t)
+	c, _ := startManager(t, configure...)
 	return c
 }
 
