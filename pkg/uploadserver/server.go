@@ -507,9 +507,7 @@ func (b *bodyProgress) Read(p []byte) (int, error) {
 	}
 	if err == io.ErrUnexpectedEOF {
 		// A body cut short (the connection died before Content-Length, or
-		// mid-chunk). The data path's buffered copy takes a bare
-		// io.ErrUnexpectedEOF for a short last read, that is for the end:
-		// wrapped, it fails the upload instead of passing a truncated image.
+		// mid-chunk): say how much of it arrived.
 		err = fmt.Errorf("the upload ended after %d of its %d bytes: %w", done, b.total, err)
 	}
 	return n, err

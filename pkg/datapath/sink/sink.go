@@ -266,10 +266,7 @@ func (w *SeqWriter) ReadFrom(r io.Reader) (int64, error) {
 			case <-stop:
 				return
 			}
-			n, err := io.ReadFull(r, buf)
-			if err == io.ErrUnexpectedEOF {
-				err = io.EOF
-			}
+			n, err := fill(r, buf)
 			full <- chunk{buf, n, err}
 			if err != nil {
 				return
@@ -295,6 +292,21 @@ func (w *SeqWriter) ReadFrom(r io.Reader) (int64, error) {
 		}
 	}
 	return total, werr
+}
+
+// fill reads into buf until it is full or r fails. Unlike io.ReadFull it
+// hands back r's own error untouched: io.EOF is the stream's end, while an
+// io.ErrUnexpectedEOF from r (a body cut short) is a failure, never an end.
+func fill(r io.Reader, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		m, err := r.Read(buf[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // Resize sets a file's length to size (growing it sparsely). It refuses to

@@ -3,6 +3,7 @@ package sink
 import (
 	"bytes"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -106,5 +107,47 @@ func TestPreallocateAndFillZeros(t *testing.T) {
 	}
 	if err := tg.FillZeros(0, 3<<20); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// cutShort yields its data, then fails the way an HTTP body cut short does.
+type cutShort struct{ data []byte }
+
+func (c *cutShort) Read(p []byte) (int, error) {
+	if len(c.data) == 0 {
+		return 0, io.ErrUnexpectedEOF
+	}
+	n := copy(p, c.data)
+	c.data = c.data[n:]
+	return n, nil
+}
+
+// A source that fails with io.ErrUnexpectedEOF is a failed copy, not a short
+// image taken for a whole one; a source that ends with io.EOF mid-buffer is
+// a whole image.
+func TestReadFromTellsCutShortFromEnd(t *testing.T) {
+	data := bytes.Repeat([]byte{9}, 3<<20+123)
+	for _, tc := range []struct {
+		name    string
+		r       io.Reader
+		wantErr bool
+	}{
+		{"cut short", &cutShort{data: data}, true},
+		{"ends", bytes.NewReader(data), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tg, err := Open(filepath.Join(t.TempDir(), "disk.img"), Options{Limit: 8 << 20})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tg.Close()
+			n, err := tg.Writer().ReadFrom(tc.r)
+			if tc.wantErr != (err != nil) || (tc.wantErr && !errors.Is(err, io.ErrUnexpectedEOF)) {
+				t.Fatalf("ReadFrom = %d, %v; want an error: %v", n, err, tc.wantErr)
+			}
+			if !tc.wantErr && n != int64(len(data)) {
+				t.Fatalf("copied %d of %d bytes", n, len(data))
+			}
+		})
 	}
 }
