@@ -53,9 +53,12 @@ type Options struct {
 	// NodeAgent starts the node agent, which registers a Node and runs pods.
 	NodeAgent bool
 	// Kubefill installs Kubefill's CRDs (manifests/crd) and runs its
-	// controller from this checkout against the cluster (needs NodeAgent,
-	// whose build of the kubefill binary it uses).
+	// controller, API server and upload proxy from this checkout against the
+	// cluster (needs NodeAgent, whose build of the kubefill binary it uses).
 	Kubefill bool
+	// KubefillCRDs installs Kubefill's CRDs without running Kubefill (tests
+	// that run its controllers themselves).
+	KubefillCRDs bool
 	// Detach lets the processes outlive the caller (for `kubefill-dev up`).
 	Detach bool
 	// KeepDir keeps Dir after Stop (logs stay readable).
@@ -452,6 +455,12 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 		return err
 	}
 	logf("cluster: etcd and kube-apiserver ready (%s)", time.Since(t0).Round(time.Millisecond))
+	// Before kube-controller-manager: its garbage collector sees the types
+	// that exist when it starts, and later ones only at its 30 s rediscovery;
+	// until then, deleting an owner of a new type would not cascade.
+	if err := c.installCRDs(ctx); err != nil {
+		return err
+	}
 
 	kcmConfig, err := c.writeKubeconfig("kube-controller-manager", "system:kube-controller-manager")
 	if err != nil {

@@ -16,27 +16,13 @@ import (
 // KubefillNamespace is where the dev cluster's Kubefill keeps its own objects.
 const KubefillNamespace = "kubefill-system"
 
-// startKubefill installs Kubefill's CRDs and starts `kubefill controller`,
+// startKubefill starts `kubefill controller`,
 // `kubefill apiserver` and `kubefill uploadproxy` from this checkout as the
 // cluster's processes.
 func (c *Cluster) startKubefill(ctx context.Context) error {
 	t0 := time.Now()
 	if c.kubefillBin == "" {
 		return errors.New("the kubefill binary did not build; cannot run the Kubefill controller")
-	}
-	files, err := filepath.Glob(filepath.Join(c.repo, "manifests", "crd", "*.yaml"))
-	if err != nil {
-		return err
-	}
-	if len(files) == 0 {
-		return fmt.Errorf("no CRDs in %s", filepath.Join(c.repo, "manifests", "crd"))
-	}
-	dyn, err := dynamic.NewForConfig(c.Config)
-	if err != nil {
-		return fmt.Errorf("dynamic client: %w", err)
-	}
-	if err := applyCRDs(ctx, dyn, files); err != nil {
-		return err
 	}
 	// Kubefill keeps its own objects (the upload CAs) in an install namespace.
 	installNS := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: KubefillNamespace}}
@@ -74,4 +60,36 @@ func (c *Cluster) startKubefill(ctx context.Context) error {
 		return fmt.Errorf("starting Kubefill's upload services: %w", err)
 	}
 	return nil
+}
+
+// installCRDs installs the CRDs the options call for (snapshots for
+// Storage, Kubefill's for Kubefill and KubefillCRDs) and waits until they
+// are established.
+func (c *Cluster) installCRDs(ctx context.Context) error {
+	var files []string
+	if c.opts.Storage {
+		dir, err := c.snapshotCRDDir()
+		if err != nil {
+			return err
+		}
+		files = append(files, snapshotCRDFiles(dir)...)
+	}
+	if c.opts.Kubefill || c.opts.KubefillCRDs {
+		ours, err := filepath.Glob(filepath.Join(c.repo, "manifests", "crd", "*.yaml"))
+		if err != nil {
+			return err
+		}
+		if len(ours) == 0 {
+			return fmt.Errorf("no CRDs in %s", filepath.Join(c.repo, "manifests", "crd"))
+		}
+		files = append(files, ours...)
+	}
+	if len(files) == 0 {
+		return nil
+	}
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		return fmt.Errorf("dynamic client: %w", err)
+	}
+	return applyCRDs(ctx, dyn, files)
 }

@@ -49,14 +49,6 @@ func (c *Cluster) startStorage(ctx context.Context) error {
 		return err
 	}
 	logf("cluster: CSI sidecars in %s", sidecars)
-	dyn, err := dynamic.NewForConfig(c.Config)
-	if err != nil {
-		return fmt.Errorf("dynamic client: %w", err)
-	}
-	if err := c.installSnapshotCRDs(ctx, dyn); err != nil {
-		return err
-	}
-
 	driver, err := c.run("csi-driver", nil, c.opts.HelperBinary, "csi-driver",
 		"--name="+DriverName,
 		"--endpoint="+c.CSISocket(),
@@ -68,6 +60,10 @@ func (c *Cluster) startStorage(ctx context.Context) error {
 	}
 	if err := waitFile(ctx, driver, c.CSISocket()); err != nil {
 		return err
+	}
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		return fmt.Errorf("dynamic client: %w", err)
 	}
 	if err := c.installStorageObjects(ctx, dyn); err != nil {
 		return err
@@ -134,14 +130,10 @@ func goCmd(dir string, args ...string) (string, error) {
 	return stdout.String(), nil
 }
 
-// installSnapshotCRDs applies the VolumeSnapshot, VolumeSnapshotContent and
+// snapshotCRDFiles are the VolumeSnapshot, VolumeSnapshotContent and
 // VolumeSnapshotClass CRDs (and the group-snapshot ones) that the snapshot
-// client module ships, and waits until they are established.
-func (c *Cluster) installSnapshotCRDs(ctx context.Context, dyn dynamic.Interface) error {
-	dir, err := c.snapshotCRDDir()
-	if err != nil {
-		return err
-	}
+// client module ships in dir.
+func snapshotCRDFiles(dir string) []string {
 	var files []string
 	// The group-snapshot CRDs are optional, but without them the
 	// snapshot-controller spends its first 30 s waiting for them.
@@ -155,7 +147,7 @@ func (c *Cluster) installSnapshotCRDs(ctx context.Context, dyn dynamic.Interface
 	} {
 		files = append(files, filepath.Join(dir, f))
 	}
-	return applyCRDs(ctx, dyn, files)
+	return files
 }
 
 // applyCRDs creates the CRDs in files and waits until they are established.

@@ -235,7 +235,6 @@ func TestProgressRisesMonotonically(t *testing.T) {
 // and starts a new one: the import finishes, with one importer pod and one
 // prime, never two.
 func TestControllerRestartMidImport(t *testing.T) {
-	installCRDs.Do(func() { startKubefill(t) }) // CRDs only; the managers below are ours
 	ns := newNamespace(t)
 	dir := t.TempDir()
 	name := rawImage(t, dir, 16<<20)
@@ -438,49 +437,6 @@ func TestVmdkImportThroughScratch(t *testing.T) {
 	}
 }
 
-// gcFollowsDataVolumes is set once the cluster's garbage collector has been
-// seen to cascade a DataVolume's deletion.
-var gcFollowsDataVolumes sync.Once
-
-// waitGCFollowsDataVolumes waits until deleting a DataVolume cascades to its
-// dependents. kube-controller-manager's garbage collector picks up new
-// resource types by rediscovering the API every 30 s, and startKubefill
-// installs the CRDs after it started: until the next rediscovery it does not
-// watch DataVolumes, so a DataVolume deleted meanwhile keeps its claim, and
-// the claim its prime and importer, until then (the import may even finish).
-// That is the cluster's start-up, not Kubefill; a timed delete waits it out.
-func waitGCFollowsDataVolumes(t *testing.T, c client.Client, ns string) {
-	t.Helper()
-	gcFollowsDataVolumes.Do(func() {
-		start := time.Now()
-		// A DataVolume that waits for a consumer that never comes: nothing runs.
-		probe := httpDV(ns, "gc-probe", "http://127.0.0.1:1/never", cluster.StorageClassWFFC)
-		if err := c.Create(context.Background(), probe); err != nil {
-			t.Fatal(err)
-		}
-		dependent := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "gc-probe", Namespace: ns,
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: cdiv1.SchemeGroupVersion.String(), Kind: "DataVolume", Name: probe.Name, UID: probe.UID}}}}
-		if err := c.Create(context.Background(), dependent); err != nil {
-			t.Fatal(err)
-		}
-		// The DataVolume's claim appearing gives the collector time to see
-		// the ConfigMap while its owner exists; deleting the owner first
-		// would let the collector remove it without watching DataVolumes.
-		claim := types.NamespacedName{Namespace: ns, Name: probe.Name}
-		pollUntil(t, time.Minute, "the probe DataVolume's claim", func() bool {
-			return c.Get(context.Background(), claim, &corev1.PersistentVolumeClaim{}) == nil
-		})
-		if err := c.Delete(context.Background(), probe); err != nil {
-			t.Fatal(err)
-		}
-		pollUntil(t, 2*time.Minute, "the garbage collector to remove a deleted DataVolume's dependents", func() bool {
-			return apierrors.IsNotFound(c.Get(context.Background(), client.ObjectKeyFromObject(dependent), &corev1.ConfigMap{})) &&
-				apierrors.IsNotFound(c.Get(context.Background(), claim, &corev1.PersistentVolumeClaim{}))
-		})
-		t.Logf("the garbage collector follows DataVolume deletions (waited %s)", time.Since(start).Round(time.Millisecond))
-	})
-}
-
 // deleteBound is how long deleting a DataVolume mid-import may take until
 // its claim, prime, importer pod and volume are all gone. The importer stops
 // on SIGTERM in milliseconds, so this is API and controller latency only;
@@ -493,7 +449,6 @@ const deleteBound = 20 * time.Second
 func TestDeleteMidImportLeaksNothing(t *testing.T) {
 	c := startKubefill(t)
 	ns := newNamespace(t)
-	waitGCFollowsDataVolumes(t, c, ns)
 	dir := t.TempDir()
 	name := rawImage(t, dir, 16<<20)
 	dv := httpDV(ns, "doomed", throttledServer(t, dir, 1<<20)+"/"+name, cluster.StorageClassImmediate)

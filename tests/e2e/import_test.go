@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -27,22 +26,15 @@ import (
 	"github.com/kubefill/kubefill/tests/cluster"
 )
 
-var installCRDs sync.Once
+var quietLogs sync.Once
 
-// startKubefill installs Kubefill's CRDs (once) and runs its controller
-// manager, from this checkout, against the local cluster for one test.
+// startKubefill runs Kubefill's controller manager, from this checkout,
+// against the local cluster for one test (the cluster installed the CRDs).
 func startKubefill(t *testing.T, configure ...func(*controller.ManagerOptions)) client.Client {
 	t.Helper()
-	installCRDs.Do(func() {
+	quietLogs.Do(func() {
 		// The controllers log their errors; the rest stays quiet.
 		ctrllog.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
-		root, err := cluster.RepoRoot()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := envtest.InstallCRDs(cl.Config, envtest.CRDInstallOptions{Paths: []string{filepath.Join(root, "manifests", "crd")}, ErrorIfPathMissing: true}); err != nil {
-			t.Fatalf("installing Kubefill's CRDs: %v", err)
-		}
 	})
 	c, _ := startManager(t, configure...)
 	return c

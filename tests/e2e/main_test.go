@@ -36,7 +36,10 @@ func runMain(m *testing.M) int {
 	c, err := cluster.Start(context.Background(), cluster.Options{
 		Storage:   true,
 		NodeAgent: true,
-		Logf:      log.Printf,
+		// Before kube-controller-manager starts, so that its garbage
+		// collector follows DataVolumes from the first test on.
+		KubefillCRDs: true,
+		Logf:         log.Printf,
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: start local cluster: %v\n", err)
