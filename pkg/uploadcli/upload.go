@@ -44,6 +44,8 @@ type Uploader struct {
 
 // NewHTTPClient is the client for the proxy: the CA bundle from caFile, or
 // no verification with insecure. No overall timeout: uploads take long.
+// HTTP/1.1 only: over HTTP/2 an upload moves at most the server's flow
+// control window (1 MiB for a Go server) per round trip.
 func NewHTTPClient(insecure bool, caFile string) (*http.Client, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	switch {
@@ -66,6 +68,9 @@ func NewHTTPClient(insecure bool, caFile string) (*http.Client, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.TLSClientConfig = cfg
 	tr.ResponseHeaderTimeout = 0
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	tr.Protocols = &protos
 	return &http.Client{Transport: tr}, nil
 }
 

@@ -214,6 +214,46 @@ func TestProxyCertificateChecks(t *testing.T) {
 	}
 }
 
+// TestUploadsGoAsHTTP1: the client does not negotiate HTTP/2 with a proxy
+// that offers it.
+func TestUploadsGoAsHTTP1(t *testing.T) {
+	file, body := testFile(t, 4096)
+	var mu sync.Mutex
+	var proto string
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		proto = r.Proto
+		mu.Unlock()
+		_, _ = io.Copy(io.Discard, r.Body)
+		fmt.Fprint(w, "ok")
+	}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+	// The server does speak HTTP/2 to a client that offers it.
+	resp, err := srv.Client().Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.ProtoMajor != 2 {
+		t.Fatalf("test server spoke %s, want HTTP/2", resp.Proto)
+	}
+	hc, err := NewHTTPClient(false, caFile(t, srv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &Uploader{Client: hc, ProxyURL: srv.URL, Token: (&tokens{}).next}
+	if _, err := u.Upload(context.Background(), "/v1beta1/upload", file); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if proto != "HTTP/1.1" {
+		t.Errorf("the upload of %d bytes went as %s, want HTTP/1.1", len(body), proto)
+	}
+}
+
 func TestRequestToken(t *testing.T) {
 	var got uploadv1.UploadTokenRequest
 	var path, method string
