@@ -51,7 +51,8 @@ case "$action" in
     "$BIN" up --dir "$DIR" --kubefill
     KUBECONFIG="$DIR/admin.kubeconfig"
     log "demo: a PVC provisioned, bound, written by a pod and read back by another;"
-    log "      then a qcow2 imported through a DataVolume by Kubefill, bytes checked"
+    log "      then a qcow2 imported through a DataVolume by Kubefill, and one uploaded"
+    log "      with kubefill upload through the upload proxy; bytes checked each time"
     "$BIN" demo --kubeconfig "$KUBECONFIG" --import-from-dir "$DIR"
     cat <<EOF
 

@@ -43,6 +43,15 @@ func (r *DataVolumeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 // Reconcile brings one DataVolume's claim and status up to date.
 func (r *DataVolumeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	res, err := r.reconcile(ctx, req)
+	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+		// The namespace and the DataVolume in it are going away: not a failure.
+		return ctrl.Result{}, nil
+	}
+	return res, err
+}
+
+func (r *DataVolumeReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	dv := &cdiv1.DataVolume{}
 	if err := r.Client.Get(ctx, req.NamespacedName, dv); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)

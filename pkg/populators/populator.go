@@ -107,6 +107,15 @@ const annTargetName = "kubefill.io/target-claim"
 
 // Reconcile moves one target PVC a step along the populator flow.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	res, err := r.reconcile(ctx, req)
+	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+		// The namespace and the claim in it are going away: not a failure.
+		return ctrl.Result{}, nil
+	}
+	return res, err
+}
+
+func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	logger := log.FromContext(ctx)
 	target := &corev1.PersistentVolumeClaim{}
 	if err := r.Client.Get(ctx, req.NamespacedName, target); err != nil {

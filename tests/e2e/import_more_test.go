@@ -3,13 +3,11 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -353,20 +351,10 @@ func countWorkers(t *testing.T, c client.Client, ns string) (pods, primes int) {
 
 // peakRSS reads this process's peak resident set size (VmHWM).
 func peakRSS() string {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return "unknown"
+	if v := processPeakRSS(os.Getpid()); v > 0 {
+		return fmt.Sprintf("%.1f MiB", float64(v)/(1<<20))
 	}
-	defer f.Close()
-	data, _ := io.ReadAll(f)
-	for _, line := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(line, "VmHWM:") {
-			return strings.TrimSpace(strings.TrimPrefix(line, "VmHWM:"))
-		}
-	}
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return fmt.Sprintf("%d MiB (Go heap)", m.Sys>>20)
+	return "unknown"
 }
 
 // TestStorageSpecCompletedFromProfile: a blank DataVolume that gives only a

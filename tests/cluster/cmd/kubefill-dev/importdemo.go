@@ -149,7 +149,7 @@ func runImportDemo(ctx context.Context, cfg *rest.Config, client kubernetes.Inte
 			return false, err
 		}
 		step := fmt.Sprintf("phase %s, progress %s", got.Status.Phase, got.Status.Progress)
-		if step != last {
+		if step != last && got.Status.Phase != "" {
 			fmt.Printf("  %6.1fs  %s\n", time.Since(start).Seconds(), step)
 			last = step
 		}
