@@ -84,6 +84,7 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
 	importPopulator := &populators.Reconciler{
 		Client:   mgr.GetClient(),
 		Recorder: mgr.GetEventRecorder("import-populator"),
+		Events:   mgr.GetAPIReader(),
 		Kind: &populators.ImportKind{
 			Client:      mgr.GetClient(),
 			Image:       opts.WorkerImage,
@@ -113,6 +114,7 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
 	uploadPopulator := &populators.Reconciler{
 		Client:   mgr.GetClient(),
 		Recorder: mgr.GetEventRecorder("upload-populator"),
+		Events:   mgr.GetAPIReader(),
 		Kind: &populators.UploadKind{
 			Client:     mgr.GetClient(),
 			Reader:     mgr.GetAPIReader(),

@@ -65,6 +65,9 @@ type Reconciler struct {
 	Client   client.Client
 	Recorder recorder.EventRecorder
 	Kind     Kind
+	// Events reads the prime's events (uncached, by field selector) to copy
+	// them to the target; nil copies none.
+	Events client.Reader
 }
 
 // SetupWithManager registers r for PVCs, following their primes and the
@@ -100,6 +103,9 @@ func targetOf(obj client.Object) []ctrl.Request {
 	}
 	return nil
 }
+
+// primeEventsPoll is how often an unbound prime's events are looked for.
+const primeEventsPoll = 10 * time.Second
 
 // annTargetName on a worker pod names the target claim, so that pod events
 // reach the target's reconcile without a lookup.
@@ -181,6 +187,10 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 	}
 
+	if err := r.copyPrimeEvents(ctx, target, prime); err != nil {
+		// Only the events are late; the population goes on.
+		logger.Error(err, "copying the prime's events to the claim")
+	}
 	state, err := r.Kind.Fill(ctx, target, prime, source)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("filling prime %s: %w", primeName, err)
@@ -189,7 +199,13 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	if !state.Done() {
-		return ctrl.Result{RequeueAfter: state.RetryAfter}, nil
+		after := state.RetryAfter
+		if prime.Status.Phase != corev1.ClaimBound && (after == 0 || after > primeEventsPoll) {
+			// Nothing is watched that says why a prime stays unbound: look
+			// for its events (the provisioner's complaints) now and then.
+			after = primeEventsPoll
+		}
+		return ctrl.Result{RequeueAfter: after}, nil
 	}
 	return r.rebind(ctx, target, prime)
 }

@@ -1,0 +1,103 @@
+package integration
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+)
+
+// The provisioner's complaints about a PVC-prime reach the user's claim:
+// the prime is an object the user did not make and rarely looks at. Each
+// event is copied once, however often the populator reconciles.
+func TestPrimeEventsReachTheClaim(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	className := ns + "-csi"
+	csiClass(t, className, "hostpath.csi.kubefill.test", storagev1.VolumeBindingImmediate)
+	startControllers(t)
+	dv := &cdiv1.DataVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "disk", Namespace: ns},
+		Spec: cdiv1.DataVolumeSpec{
+			Source: &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: "http://images.test/disk.qcow2"}},
+			PVC: &corev1.PersistentVolumeClaimSpec{
+				AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				StorageClassName: &className,
+				Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+			},
+		},
+	}
+	if err := k8sClient.Create(ctx, dv); err != nil {
+		t.Fatal(err)
+	}
+	target := &corev1.PersistentVolumeClaim{}
+	waitFor(t, 30*time.Second, "the claim to name its prime", func() bool {
+		return k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: "disk"}, target) == nil && target.Annotations[cdiv1.AnnPVCPrimeName] != ""
+	})
+	prime := &corev1.PersistentVolumeClaim{}
+	if err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: target.Annotations[cdiv1.AnnPVCPrimeName]}, prime); err != nil {
+		t.Fatal(err)
+	}
+	// What the external-provisioner records when the storage backend refuses.
+	const msg = `failed to provision volume with StorageClass "` + "x" + `": rpc error: code = ResourceExhausted desc = out of space`
+	now := metav1.Now()
+	event := &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: prime.Name + ".provisioning", Namespace: ns},
+		InvolvedObject: corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: ns, Name: prime.Name, UID: prime.UID},
+		Type:           corev1.EventTypeWarning, Reason: "ProvisioningFailed", Message: msg,
+		Source:         corev1.EventSource{Component: "hostpath.csi.kubefill.test_external-provisioner"},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+	}
+	if err := k8sClient.Create(ctx, event); err != nil {
+		t.Fatal(err)
+	}
+	copies := func() []corev1.Event {
+		list := &corev1.EventList{}
+		if err := k8sClient.List(ctx, list, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		var out []corev1.Event
+		for _, e := range list.Items {
+			if e.InvolvedObject.UID == target.UID && e.Reason == "ProvisioningFailed" {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(copies()) == 0 {
+		if time.Now().After(deadline) {
+			list := &corev1.EventList{}
+			_ = k8sClient.List(ctx, list, client.InNamespace(ns))
+			for _, e := range list.Items {
+				t.Logf("event on %s %s: %s %s %q", e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Type, e.Reason, e.Message)
+			}
+			t.Fatal("the prime's ProvisioningFailed event never reached the claim")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	got := copies()[0]
+	if got.Type != corev1.EventTypeWarning || !strings.Contains(got.Message, prime.Name) || !strings.Contains(got.Message, "out of space") {
+		t.Errorf("copied event: %s %s %q", got.Type, got.Reason, got.Message)
+	}
+	// More reconciles (the importer pod is polled) copy nothing twice.
+	time.Sleep(5 * time.Second)
+	if n := len(copies()); n != 1 {
+		t.Errorf("the event was copied %d times", n)
+	}
+	for _, e := range copies() {
+		if e.Count > 1 || (e.Series != nil && e.Series.Count > 1) {
+			t.Errorf("the copied event repeats: count %d, series %+v", e.Count, e.Series)
+		}
+	}
+	t.Logf("claim event: %s %s %q", got.Type, got.Reason, got.Message)
+}
