@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
@@ -128,23 +127,8 @@ func TestUploadProgress(t *testing.T) {
 		}
 		pw.Close()
 	}()
-	req, err := http.NewRequest(http.MethodPost, base+"/v1beta1/upload", pr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.ContentLength = size
-	req.Header.Set("Content-Type", "application/octet-stream")
-	start := time.Now()
-	resp, err := hc.Do(req)
-	if err != nil {
-		t.Fatalf("upload: %v", err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("upload: %d %s", resp.StatusCode, body)
-	}
-	t.Logf("uploaded %d bytes in %s", size, time.Since(start).Round(time.Millisecond))
+	took := mustUpload(t, hc, base+"/v1beta1/upload", pr, size)
+	t.Logf("uploaded %d bytes in %s", size, took.Round(time.Millisecond))
 
 	seen := <-samples
 	var dvValues, claimValues []string

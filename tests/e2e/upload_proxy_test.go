@@ -198,26 +198,9 @@ func writeTar(t *testing.T, path string, files map[string][]byte) {
 	}
 }
 
-// post sends body to the proxy's upload path with the token and returns the
-// status and the answer's text.
-func (s *uploadStack) post(t *testing.T, hc *http.Client, tok string, body io.Reader, size int64) (int, string, error) {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, s.svc.ProxyURL+"/v1beta1/upload", body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.ContentLength = size
-	req.Header.Set("Content-Type", "application/octet-stream")
-	if tok != "" {
-		req.Header.Set("Authorization", "Bearer "+tok)
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, strings.TrimSpace(string(b)), nil
+// post sends body to the proxy's upload path with the token.
+func (s *uploadStack) post(hc *http.Client, tok string, body io.Reader, size int64) (int, string, error) {
+	return postUpload(hc, s.svc.ProxyURL+"/v1beta1/upload", tok, body, size)
 }
 
 // TestUploadProxyRefusesBadTokensAndSecondUpload goes through the running
@@ -278,7 +261,7 @@ func TestUploadProxyRefusesBadTokensAndSecondUpload(t *testing.T) {
 		{"expired", expired, "expired"},
 		{"the other claim's token re-targeted at this claim", retarget(t, forOther, "other", "target"), "signature"},
 	} {
-		code, body, err := s.post(t, hc, tc.tok, bytes.NewReader(data), int64(len(data)))
+		code, body, err := s.post(hc, tc.tok, bytes.NewReader(data), int64(len(data)))
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -293,7 +276,7 @@ func TestUploadProxyRefusesBadTokensAndSecondUpload(t *testing.T) {
 	pr, pw := io.Pipe()
 	first := make(chan error, 1)
 	go func() {
-		code, body, err := s.post(t, hc, valid, pr, int64(len(data)))
+		code, body, err := s.post(hc, valid, pr, int64(len(data)))
 		if err == nil {
 			err = fmt.Errorf("the interrupted upload got an answer: %d %s", code, body)
 		}
@@ -302,8 +285,20 @@ func TestUploadProxyRefusesBadTokensAndSecondUpload(t *testing.T) {
 	if _, err := pw.Write(data[:len(data)/2]); err != nil {
 		t.Fatal(err)
 	}
+	// Once the upload server counts those bytes (the claim's progress moves),
+	// it is busy with the first upload; this also shows the proxy streams.
+	start := time.Now()
+	pollUntil(t, time.Minute, "the first upload's bytes to reach the upload server", func() bool {
+		pvc := &corev1.PersistentVolumeClaim{}
+		if err := s.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "target"}, pvc); err != nil {
+			return false
+		}
+		p := pvc.Annotations[cdiv1.AnnPopulatorProgress]
+		return p != "" && p != "0.00%"
+	})
+	t.Logf("the upload server counted the first upload's bytes %s after they were sent", time.Since(start).Round(time.Millisecond))
 	// A second upload meanwhile is refused while the first holds the server.
-	code, body, err := s.post(t, hc, valid, bytes.NewReader(data), int64(len(data)))
+	code, body, err := s.post(hc, valid, bytes.NewReader(data), int64(len(data)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,21 +316,7 @@ func TestUploadProxyRefusesBadTokensAndSecondUpload(t *testing.T) {
 	}
 	assertPhase(t, s.c, ns, "target", cdiv1.UploadReady)
 
-	// The retry: the server may still be noticing the dead connection (503).
-	deadline := time.Now().Add(time.Minute)
-	for {
-		code, body, err := s.post(t, hc, valid, bytes.NewReader(data), int64(len(data)))
-		if err != nil {
-			t.Fatalf("retry: %v", err)
-		}
-		if code == http.StatusOK {
-			break
-		}
-		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
-			t.Fatalf("retry: %d %s", code, body)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	retryUpload(t, hc, s.svc.ProxyURL+"/v1beta1/upload", valid, data, func() {})
 	dv, seen := waitDataVolume(t, s.c, ns, "target", 3*time.Minute, func(dv *cdiv1.DataVolume) bool {
 		return dv.Status.Phase == cdiv1.Succeeded || dv.Status.Phase == cdiv1.Failed
 	})
@@ -346,7 +327,7 @@ func TestUploadProxyRefusesBadTokensAndSecondUpload(t *testing.T) {
 		t.Errorf("claim holds sha256 %s over %d bytes, qemu-img convert gives %s", got, virtualSize, want)
 	}
 	// A claim that has its data takes no second upload.
-	if code, body, err := s.post(t, hc, valid, bytes.NewReader(data), int64(len(data))); err != nil || code != http.StatusConflict {
+	if code, body, err := s.post(hc, valid, bytes.NewReader(data), int64(len(data))); err != nil || code != http.StatusConflict {
 		t.Errorf("upload into the populated claim: %d %q %v, want 409", code, body, err)
 	}
 	// The other claim, whose token was edited, still waits for its upload.

@@ -104,20 +104,8 @@ func TestDataVolumeUploadQcow2(t *testing.T) {
 	}
 	defer f.Close()
 	st, _ := f.Stat()
-	req, _ = http.NewRequest(http.MethodPost, base+"/v1beta1/upload", f)
-	req.ContentLength = st.Size()
-	req.Header.Set("Content-Type", "application/octet-stream")
-	upStart := time.Now()
-	resp, err := hc.Do(req)
-	if err != nil {
-		t.Fatalf("upload: %v", err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("upload: %d %s", resp.StatusCode, body)
-	}
-	t.Logf("uploaded %d bytes of qcow2 in %s (upload server ready %s after the DataVolume was created)", st.Size(), time.Since(upStart).Round(time.Millisecond), ready.Round(time.Millisecond))
+	took := mustUpload(t, hc, base+"/v1beta1/upload", f, st.Size())
+	t.Logf("uploaded %d bytes of qcow2 in %s (upload server ready %s after the DataVolume was created)", st.Size(), took.Round(time.Millisecond), ready.Round(time.Millisecond))
 
 	dv, seen2 := waitDataVolume(t, c, ns, "laptop", 3*time.Minute, func(dv *cdiv1.DataVolume) bool {
 		return dv.Status.Phase == cdiv1.Succeeded || dv.Status.Phase == cdiv1.Failed
@@ -215,30 +203,10 @@ func TestUploadSurvivesKilledConnection(t *testing.T) {
 	}
 	conn.Close()
 
-	// The retry: the server may still be noticing the dead connection (503).
-	deadline := time.Now().Add(time.Minute)
-	for {
-		req, _ := http.NewRequest(http.MethodPost, base+"/v1beta1/upload", bytes.NewReader(data))
-		req.ContentLength = int64(len(data))
-		resp, err := hc.Do(req)
-		if err != nil {
-			t.Fatalf("retry: %v", err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode == http.StatusOK {
-			break
-		}
-		if resp.StatusCode != http.StatusServiceUnavailable || time.Now().After(deadline) {
-			t.Fatalf("retry: %d %s", resp.StatusCode, body)
-		}
+	retryUpload(t, hc, base+"/v1beta1/upload", "", data, func() {
 		// Still UploadReady meanwhile: the dead connection failed nothing.
-		got := &cdiv1.DataVolume{}
-		if err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "retried"}, got); err == nil && got.Status.Phase != cdiv1.UploadReady {
-			t.Fatalf("after a killed connection the DataVolume is %s, want UploadReady", got.Status.Phase)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		assertPhase(t, c, ns, "retried", cdiv1.UploadReady)
+	})
 	dv, seen := waitDataVolume(t, c, ns, "retried", 3*time.Minute, func(dv *cdiv1.DataVolume) bool {
 		return dv.Status.Phase == cdiv1.Succeeded || dv.Status.Phase == cdiv1.Failed
 	})
@@ -248,5 +216,59 @@ func TestUploadSurvivesKilledConnection(t *testing.T) {
 	}
 	if got := claimSHA256(t, ns, "retried", virtualSize); got != want {
 		t.Errorf("claim holds sha256 %s over %d bytes, qemu-img convert gives %s", got, virtualSize, want)
+	}
+}
+
+// postUpload POSTs size bytes of body to url (an upload path), with the
+// token when one is given, and returns the status and the answer's text.
+func postUpload(hc *http.Client, url, tok string, body io.Reader, size int64) (int, string, error) {
+	req, err := http.NewRequest(http.MethodPost, url, body)
+	if err != nil {
+		return 0, "", err
+	}
+	req.ContentLength = size
+	req.Header.Set("Content-Type", "application/octet-stream")
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, strings.TrimSpace(string(b)), nil
+}
+
+// mustUpload posts body and fails the test unless the answer is 200; it
+// returns how long that took.
+func mustUpload(t *testing.T, hc *http.Client, url string, body io.Reader, size int64) time.Duration {
+	t.Helper()
+	start := time.Now()
+	code, text, err := postUpload(hc, url, "", body, size)
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("upload: %d %s %v", code, text, err)
+	}
+	return time.Since(start)
+}
+
+// retryUpload posts data until it is accepted: after a killed connection the
+// server may answer 503 for a moment, while it notices; busy runs on each.
+func retryUpload(t *testing.T, hc *http.Client, url, tok string, data []byte, busy func()) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		code, text, err := postUpload(hc, url, tok, bytes.NewReader(data), int64(len(data)))
+		if err != nil {
+			t.Fatalf("retry: %v", err)
+		}
+		if code == http.StatusOK {
+			return
+		}
+		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("retry: %d %s", code, text)
+		}
+		busy()
+		time.Sleep(200 * time.Millisecond)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -91,10 +93,20 @@ func runDemo(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := runImportDemo(ctx, cfg, client, st.PodSubnet); err != nil {
+	dir, err := os.MkdirTemp("", "kubefill-demo-image-")
+	if err != nil {
 		return err
 	}
-	return runUploadDemo(ctx, client, *kubeconfig, *importDir)
+	defer os.RemoveAll(dir)
+	name, size, sum, err := demoImage(dir)
+	if err != nil {
+		return err
+	}
+	disk := demoDisk{path: filepath.Join(dir, name), size: size, sha: sum}
+	if err := runImportDemo(ctx, cfg, client, st.PodSubnet, disk); err != nil {
+		return err
+	}
+	return runUploadDemo(ctx, client, *kubeconfig, *importDir, disk)
 }
 
 func runDemoPod(ctx context.Context, client kubernetes.Interface, name, claim, script string) (string, error) {

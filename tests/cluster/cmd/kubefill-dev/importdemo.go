@@ -31,6 +31,14 @@ import (
 
 var dataVolumeGVR = schema.GroupVersionResource{Group: "cdi.kubevirt.io", Version: "v1beta1", Resource: "datavolumes"}
 
+// demoDisk is the qcow2 both demos use: where it is, its virtual size and
+// the sha256 of what qemu-img converts it to.
+type demoDisk struct {
+	path string
+	size int64
+	sha  string
+}
+
 // demoImage writes a compressed qcow2 with scattered data into dir and
 // returns its name, its virtual size and the sha256 of the raw bytes that
 // qemu-img converts it to.
@@ -89,20 +97,12 @@ func fileSHA256(path string) (string, error) {
 // qcow2 served over HTTP (from this process, at the pod network's gateway
 // address) through Kubefill's controller and worker pod; its phase and
 // progress are printed as they change, and a pod checks the bytes.
-func runImportDemo(ctx context.Context, cfg *rest.Config, client kubernetes.Interface, podSubnet string) error {
+func runImportDemo(ctx context.Context, cfg *rest.Config, client kubernetes.Interface, podSubnet string, disk demoDisk) error {
 	prefix, err := netip.ParsePrefix(podSubnet)
 	if err != nil {
 		return fmt.Errorf("pod subnet %q: %w", podSubnet, err)
 	}
-	dir, err := os.MkdirTemp("", "kubefill-demo-image-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	name, size, want, err := demoImage(dir)
-	if err != nil {
-		return err
-	}
+	dir, name, size, want := filepath.Dir(disk.path), filepath.Base(disk.path), disk.size, disk.sha
 	ln, err := net.Listen("tcp", "0.0.0.0:0")
 	if err != nil {
 		return err

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -17,23 +16,14 @@ import (
 // runUploadDemo is the main job's upload: `kubefill upload dv`, exactly as a
 // user types it, streams a qcow2 from this machine through the upload proxy
 // into a new DataVolume, with its progress bar; a pod then checks the bytes.
-func runUploadDemo(ctx context.Context, client kubernetes.Interface, kubeconfig, clusterDir string) error {
-	dir, err := os.MkdirTemp("", "kubefill-demo-upload-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	name, size, want, err := demoImage(dir)
-	if err != nil {
-		return err
-	}
+func runUploadDemo(ctx context.Context, client kubernetes.Interface, kubeconfig, clusterDir string, disk demoDisk) error {
 	dvName := fmt.Sprintf("demo-upload-%d", time.Now().Unix())
 	args := []string{"upload", "dv", dvName, "--namespace=" + demoNamespace, "--size=64Mi",
-		"--image-path=" + filepath.Join(dir, name),
+		"--image-path=" + disk.path,
 		"--ca-cert=" + cluster.UploadProxyCAFile(clusterDir, cluster.KubefillNamespace),
 		"--kubeconfig=" + kubeconfig}
 	bin := cluster.DevBinaryPath("kubefill")
-	fmt.Printf("uploading a qcow2 of a %d MiB disk from this machine:\n  kubefill %s\n", size>>20, strings.Join(args, " "))
+	fmt.Printf("uploading a qcow2 of a %d MiB disk from this machine:\n  kubefill %s\n", disk.size>>20, strings.Join(args, " "))
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stdout
 	start := time.Now()
@@ -41,5 +31,5 @@ func runUploadDemo(ctx context.Context, client kubernetes.Interface, kubeconfig,
 		return fmt.Errorf("kubefill upload: %w", err)
 	}
 	fmt.Printf("upload finished in %s\n", time.Since(start).Round(time.Millisecond))
-	return checkClaimBytes(ctx, client, dvName, size, want)
+	return checkClaimBytes(ctx, client, dvName, disk.size, disk.sha)
 }
