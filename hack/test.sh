@@ -62,6 +62,11 @@ run_e2e() {
   t=$(date +%s)
   bash hack/sidecars.sh >/dev/null
   echo "sidecars ready in $(( $(date +%s) - t ))s"
+  # KubeVirt's own virtctl, for tests/e2e/virtctl_test.go (built and cached the same way).
+  t=$(date +%s)
+  KUBEFILL_VIRTCTL="$(bash hack/virtctl.sh)/virtctl"
+  export KUBEFILL_VIRTCTL
+  echo "virtctl ready in $(( $(date +%s) - t ))s"
   # The harness's own parts: CSI driver (csi-sanity), node agent, control plane start/stop.
   go test -count=1 -timeout 20m ./tests/csi/... ./tests/nodeagent/... ./tests/cluster/...
   go test -count=1 -timeout 40m ./tests/e2e/...

@@ -114,3 +114,26 @@ func tail(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// VirtctlBinary returns KubeVirt's own virtctl, to check that Kubefill works
+// with it unchanged: the path in KUBEFILL_VIRTCTL when set (hack/test.sh sets
+// it), else the one hack/virtctl.sh builds from the Go module proxy and
+// caches by version (minutes the first time, instant afterwards).
+func VirtctlBinary() (string, error) {
+	path := os.Getenv("KUBEFILL_VIRTCTL")
+	if path == "" {
+		repo, err := RepoRoot()
+		if err != nil {
+			return "", err
+		}
+		dir, err := scriptDir(repo, "virtctl.sh", "")
+		if err != nil {
+			return "", fmt.Errorf("building virtctl (or set KUBEFILL_VIRTCTL=<path to virtctl>): %w", err)
+		}
+		path = filepath.Join(dir, "virtctl")
+	}
+	if st, err := os.Stat(path); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+		return "", fmt.Errorf("virtctl %q is not an executable file (KUBEFILL_VIRTCTL, or hack/virtctl.sh's output)", path)
+	}
+	return path, nil
+}
