@@ -75,14 +75,15 @@ func measure(t *testing.T, c *http.Client, url, auth string, size int64) run {
 // The runs alternate, direct then proxied, after one small warm-up pair, and
 // the ratio is the median of the pairs' ratios: the machine is shared and its
 // speed drifts, and the two runs of a pair see about the same machine, which
-// separate best-of-three blocks did not (they printed 0.33 to 0.88 for the
-// same code). The best run of each kind is printed too.
+// separate best-of-three blocks did not (consecutive runs of the same code
+// printed 0.33 to 0.88). The best run of each kind is printed too.
 //
 // Client, proxy and upload server share this process and the machine's
-// cores, so the copy is bound by CPU: the CPU time per GiB printed for each
-// shows the proxied path's cost. It decrypts and encrypts every byte once
-// more than the direct path, so on a machine whose cores are all busy with
-// the direct copy the ratio cannot pass about 0.5.
+// cores, so the copy is bound by CPU, and the CPU time per GiB printed for
+// each shows why the ratio stays near 0.5: the proxy decrypts and encrypts
+// every byte, the work of the client and the upload server together, so the
+// proxied path costs about twice the direct one. The ratio passes 0.5 only
+// by the share of the cores the direct copy leaves idle.
 func TestThroughputRatio(t *testing.T) {
 	if os.Getenv("KUBEFILL_BENCH_UPLOAD") == "" {
 		t.Skip("set KUBEFILL_BENCH_UPLOAD=1 to run the upload throughput benchmark")
