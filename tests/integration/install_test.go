@@ -320,8 +320,59 @@ func eventReasons(t *testing.T, ns string, uid types.UID) map[string]bool {
 // upload's claim. A ServiceAccount without bindings must fail both.
 func TestInstallControllerRBAC(t *testing.T) {
 	applyInstall(t)
-	ctx := context.Background()
 	installSnapshotCRDs(t) // the StorageProfile controller then watches VolumeSnapshotClasses
+	runControllerRBAC(t, true)
+}
+
+// TestInstallControllerRBACOwnerReferencesEnforced repeats the controller's
+// flows on a control plane with the OwnerReferencesPermissionEnforcement
+// admission plugin (on in OpenShift and other hardened clusters): there,
+// setting blockOwnerDeletion on an owner reference needs update on the
+// owner's finalizers subresource, which the shared control plane never checks.
+func TestInstallControllerRBACOwnerReferencesEnforced(t *testing.T) {
+	assets, err := controlPlaneAssets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := &envtest.Environment{
+		BinaryAssetsDirectory:    assets,
+		CRDDirectoryPaths:        []string{filepath.Join(repoRoot(), "manifests", "crd")},
+		ErrorIfCRDPathMissing:    true,
+		Scheme:                   scheme,
+		ControlPlaneStartTimeout: 2 * time.Minute,
+		ControlPlaneStopTimeout:  30 * time.Second,
+	}
+	env.ControlPlane.GetAPIServer().Configure().Set("enable-admission-plugins", "OwnerReferencesPermissionEnforcement")
+	started := time.Now()
+	envCfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("starting a control plane with OwnerReferencesPermissionEnforcement: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Logf("stopping control plane: %v", err)
+		}
+	})
+	t.Logf("control plane with OwnerReferencesPermissionEnforcement up in %s", time.Since(started).Round(time.Millisecond))
+	envClient, err := client.New(envCfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The helpers reach the control plane through cfg and k8sClient: point
+	// them at this one until the test's other cleanups have run.
+	sharedCfg, sharedClient := cfg, k8sClient
+	cfg, k8sClient = envCfg, envClient
+	t.Cleanup(func() { cfg, k8sClient = sharedCfg, sharedClient })
+	if err := doApplyInstall(); err != nil {
+		t.Fatal(err)
+	}
+	runControllerRBAC(t, false)
+}
+
+// runControllerRBAC is the body of the controller tests; negative runs the
+// unbound ServiceAccount's control too.
+func runControllerRBAC(t *testing.T, negative bool) {
+	ctx := context.Background()
 	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{CRDs: []*apiextensionsv1.CustomResourceDefinition{volumePopulatorCRD()}}); err != nil {
 		t.Fatalf("installing the VolumePopulator CRD: %v", err)
 	}
@@ -359,6 +410,9 @@ func TestInstallControllerRBAC(t *testing.T) {
 
 	// The negative control first: the same manager with no RBAC creates nothing.
 	t.Run("unbound ServiceAccount is refused", func(t *testing.T) {
+		if !negative {
+			t.Skip("run by TestInstallControllerRBAC")
+		}
 		rec := &forbiddenLog{}
 		mgr, err := controller.NewManager(impersonating(unboundSA, rec), controller.ManagerOptions{
 			MetricsBindAddress: "0", HealthProbeBindAddress: "0", WorkerImage: "kubefill/kubefill:latest",
