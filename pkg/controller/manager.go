@@ -126,6 +126,10 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
 	if err := uploadPopulator.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("registering the upload populator: %w", err)
 	}
+	// CDI's older upload flow, still used by `virtctl image-upload pvc`.
+	if err := (&populators.UploadTargetReconciler{Populator: uploadPopulator}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("registering the upload-target controller: %w", err)
+	}
 	if installNS != "" {
 		// The upload proxy mounts its client certificate Secret: it must exist
 		// before the first upload, not only once an upload pod is made.
