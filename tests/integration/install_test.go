@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -24,6 +25,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -43,6 +45,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+	uploadv1 "github.com/kubefill/kubefill-api/upload/v1beta1"
 	"github.com/kubefill/kubefill/pkg/apiserver"
 	"github.com/kubefill/kubefill/pkg/apiserver/admission"
 	"github.com/kubefill/kubefill/pkg/controller"
@@ -173,9 +176,14 @@ func (l *forbiddenLog) wrap(rt http.RoundTripper) http.RoundTripper {
 		resp, err := rt.RoundTrip(r)
 		if err == nil && resp.StatusCode == http.StatusForbidden {
 			l.mu.Lock()
+			// The verb and the resource; list and watch options vary per call.
 			what := r.Method + " " + r.URL.Path
-			if r.URL.RawQuery != "" {
-				what += "?" + r.URL.RawQuery
+			q := r.URL.Query()
+			if q.Get("watch") == "true" {
+				what += " (watch)"
+			}
+			if fs := q.Get("fieldSelector"); fs != "" {
+				what += " (fieldSelector " + fs + ")"
 			}
 			l.seen = append(l.seen, what)
 			l.mu.Unlock()
@@ -320,8 +328,30 @@ func eventReasons(t *testing.T, ns string, uid types.UID) map[string]bool {
 // upload's claim. A ServiceAccount without bindings must fail both.
 func TestInstallControllerRBAC(t *testing.T) {
 	applyInstall(t)
-	installSnapshotCRDs(t) // the StorageProfile controller then watches VolumeSnapshotClasses
+	// The snapshot CRDs are not installed here: TestStorageProfileWithoutSnapshotCRDs
+	// needs a control plane without them. The next test serves them.
 	runControllerRBAC(t, true)
+}
+
+// snapshotCRDPaths are the snapshot.storage.k8s.io CRD files of
+// snapshotCRDModule, located with go mod download.
+func snapshotCRDPaths(t *testing.T) []string {
+	t.Helper()
+	cmd := exec.Command("go", "mod", "download", "-json", snapshotCRDModule)
+	cmd.Dir = repoRoot()
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("locating %s with go mod download: %v", snapshotCRDModule, err)
+	}
+	var mod struct{ Dir string }
+	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
+		t.Fatalf("reading go mod download output %q: %v", out, err)
+	}
+	var paths []string
+	for _, kind := range []string{"volumesnapshotclasses", "volumesnapshotcontents", "volumesnapshots"} {
+		paths = append(paths, filepath.Join(mod.Dir, "config", "crd", "snapshot.storage.k8s.io_"+kind+".yaml"))
+	}
+	return paths
 }
 
 // TestInstallControllerRBACOwnerReferencesEnforced repeats the controller's
@@ -329,6 +359,8 @@ func TestInstallControllerRBAC(t *testing.T) {
 // admission plugin (on in OpenShift and other hardened clusters): there,
 // setting blockOwnerDeletion on an owner reference needs update on the
 // owner's finalizers subresource, which the shared control plane never checks.
+// This control plane also serves the snapshot CRDs, so that the StorageProfile
+// controller watches VolumeSnapshotClasses under the install's RBAC.
 func TestInstallControllerRBACOwnerReferencesEnforced(t *testing.T) {
 	assets, err := controlPlaneAssets()
 	if err != nil {
@@ -354,6 +386,9 @@ func TestInstallControllerRBACOwnerReferencesEnforced(t *testing.T) {
 		}
 	})
 	t.Logf("control plane with OwnerReferencesPermissionEnforcement up in %s", time.Since(started).Round(time.Millisecond))
+	if _, err := envtest.InstallCRDs(envCfg, envtest.CRDInstallOptions{Paths: snapshotCRDPaths(t), ErrorIfPathMissing: true}); err != nil {
+		t.Fatalf("installing the snapshot CRDs: %v", err)
+	}
 	envClient, err := client.New(envCfg, client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
@@ -392,6 +427,10 @@ func runControllerRBAC(t *testing.T, negative bool) {
 			t.Fatal(err)
 		}
 	}
+
+	// The CDIConfig singleton too: the controller must create it.
+	deleteConfig(t)
+	t.Cleanup(func() { deleteConfig(t) }) // after the manager has stopped
 
 	ns := newNamespace(t)
 	className := ns + "-csi"
@@ -483,10 +522,10 @@ func runControllerRBAC(t *testing.T, negative bool) {
 	waitFor(t, 20*time.Second, "the StorageProfile of a new class, with status", func() bool {
 		return k8sClient.Get(ctx, types.NamespacedName{Name: bare.Name}, profile) == nil && ptr.Deref(profile.Status.Provisioner, "") == bare.Provisioner
 	})
-	waitFor(t, 20*time.Second, "CDIConfig status.uploadProxyURL from --uploadproxy-url", func() bool {
+	waitFor(t, 20*time.Second, "CDIConfig created, status.uploadProxyURL from --uploadproxy-url", func() bool {
 		c := &cdiv1.CDIConfig{}
 		return k8sClient.Get(ctx, types.NamespacedName{Name: cdiv1.CDIConfigName}, c) == nil &&
-			(ptr.Deref(c.Status.UploadProxyURL, "") == proxyURL || c.Spec.UploadProxyURLOverride != nil)
+			ptr.Deref(c.Status.UploadProxyURL, "") == proxyURL
 	})
 	for _, name := range []string{populators.UploadServerCASecret, populators.UploadProxyClientCASecret, populators.UploadProxyClientSecret} {
 		waitFor(t, 30*time.Second, "Secret "+installNamespace+"/"+name+" made at start", func() bool {
@@ -641,31 +680,6 @@ func TestInstallAPIServerRBAC(t *testing.T) {
 	if err := k8sClient.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: installNamespace, Name: token.DefaultSigningKeySecretName}}); err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}
-	run := func(t *testing.T, sa string, rec *forbiddenLog, ln net.Listener, caFile string) (cancel func() error, done <-chan error) {
-		rctx, stop := context.WithCancel(ctx)
-		ch := make(chan error, 1)
-		go func() {
-			ch <- apiserver.Run(rctx, impersonating(sa, rec), apiserver.RunOptions{
-				Options:          apiserver.Options{Listener: ln, GeneratedHosts: []string{"127.0.0.1"}, GeneratedCAFile: caFile},
-				InstallNamespace: installNamespace,
-				SigningKeySecret: token.DefaultSigningKeySecretName,
-				// Short lifetimes so that the key is rotated within the test.
-				UploadTokenTTL: time.Second, CloneTokenTTL: time.Second, TokenLeeway: 0,
-				SigningKeyMaxAge:  2 * time.Second,
-				AuthConfigTimeout: 5 * time.Second,
-			})
-		}()
-		return func() error {
-			stop()
-			select {
-			case err := <-ch:
-				return err
-			case <-time.After(10 * time.Second):
-				return errors.New("apiserver.Run did not stop within 10s")
-			}
-		}, ch
-	}
-
 	t.Run("unbound ServiceAccount is refused", func(t *testing.T) {
 		rec := &forbiddenLog{}
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -673,7 +687,7 @@ func TestInstallAPIServerRBAC(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer ln.Close()
-		stop, done := run(t, unboundSA, rec, ln, "")
+		stop, done := runAPIServerAs(unboundSA, rec, ln, "")
 		select {
 		case err := <-done:
 			if err == nil {
@@ -698,41 +712,8 @@ func TestInstallAPIServerRBAC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	caFile := filepath.Join(t.TempDir(), "ca.crt")
-	stop, done := run(t, apiserverSA, rec, ln, caFile)
-	t.Cleanup(func() {
-		if err := stop(); err != nil {
-			t.Errorf("apiserver.Run returned: %v", err)
-		}
-	})
-	// --generated-ca-file is written before the server listens.
-	var hc *http.Client
-	waitFor(t, 30*time.Second, "the generated CA file", func() bool {
-		pem, err := os.ReadFile(caFile)
-		if err != nil || len(pem) == 0 {
-			return false
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return false
-		}
-		hc = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}}}
-		return true
-	})
+	hc, _ := startAPIServerAs(t, apiserverSA, rec, ln)
 	base := "https://" + ln.Addr().String()
-	waitFor(t, 60*time.Second, "/readyz (authentication ConfigMap and signing key loaded)", func() bool {
-		select {
-		case err := <-done:
-			t.Fatalf("apiserver.Run exited: %v", err)
-		default:
-		}
-		resp, err := hc.Get(base + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
 	secret := &corev1.Secret{}
 	waitFor(t, 30*time.Second, "the signing key rotated (Secret updated)", func() bool {
 		return k8sClient.Get(ctx, types.NamespacedName{Namespace: installNamespace, Name: token.DefaultSigningKeySecretName}, secret) == nil &&
@@ -797,6 +778,117 @@ func TestInstallAPIServerRBAC(t *testing.T) {
 	}
 	if r := review(admission.PathDataVolumeValidate); !r.Allowed {
 		t.Errorf("validating webhook refused the clone: %+v", r.Result)
+	}
+	assertNoForbidden(t, "the apiserver's ServiceAccount", rec)
+}
+
+// runAPIServerAs runs apiserver.Run as ServiceAccount sa on ln, with a
+// generated serving certificate whose CA goes to caFile (if set).
+func runAPIServerAs(sa string, rec *forbiddenLog, ln net.Listener, caFile string) (stop func() error, done <-chan error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan error, 1)
+	go func() {
+		ch <- apiserver.Run(ctx, impersonating(sa, rec), apiserver.RunOptions{
+			Options:          apiserver.Options{Listener: ln, GeneratedHosts: []string{"127.0.0.1"}, GeneratedCAFile: caFile},
+			InstallNamespace: installNamespace,
+			SigningKeySecret: token.DefaultSigningKeySecretName,
+			// Short lifetimes so that the key is rotated within the test.
+			UploadTokenTTL: time.Second, CloneTokenTTL: time.Second, TokenLeeway: 0,
+			SigningKeyMaxAge:  2 * time.Second,
+			AuthConfigTimeout: 5 * time.Second,
+		})
+	}()
+	return func() error {
+		cancel()
+		select {
+		case err := <-ch:
+			return err
+		case <-time.After(10 * time.Second):
+			return errors.New("apiserver.Run did not stop within 10s")
+		}
+	}, ch
+}
+
+// startAPIServerAs runs apiserver.Run as sa until the test ends and waits
+// for /readyz; it returns a client trusting the CA written through
+// --generated-ca-file, and that CA.
+func startAPIServerAs(t *testing.T, sa string, rec *forbiddenLog, ln net.Listener) (*http.Client, []byte) {
+	t.Helper()
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	stop, done := runAPIServerAs(sa, rec, ln, caFile)
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("apiserver.Run returned: %v", err)
+		}
+	})
+	// --generated-ca-file is written before the server listens.
+	var hc *http.Client
+	var caPEM []byte
+	waitFor(t, 30*time.Second, "the generated CA file", func() bool {
+		pem, err := os.ReadFile(caFile)
+		if err != nil || len(pem) == 0 {
+			return false
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return false
+		}
+		caPEM = pem
+		hc = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}}}
+		return true
+	})
+	base := "https://" + ln.Addr().String()
+	waitFor(t, 60*time.Second, "/readyz (authentication ConfigMap and signing key loaded)", func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("apiserver.Run exited: %v", err)
+		default:
+		}
+		resp, err := hc.Get(base + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return hc, caPEM
+}
+
+// TestInstallAPIServerRBACTokenEndpoint: an UploadTokenRequest through the
+// front proxy, served by apiserver.Run as kubefill-apiserver, on a control
+// plane set up for aggregation (front-proxy CA): the caller is authorised by
+// a SubjectAccessReview and the claim is read under the install's RBAC.
+func TestInstallAPIServerRBACTokenEndpoint(t *testing.T) {
+	e := startAggEnv(t)
+	// The helpers reach the control plane through cfg and k8sClient.
+	sharedCfg, sharedClient := cfg, k8sClient
+	cfg, k8sClient = e.cfg, e.client
+	t.Cleanup(func() { cfg, k8sClient = sharedCfg, sharedClient })
+	if err := doApplyInstall(); err != nil {
+		t.Fatal(err)
+	}
+	rec := &forbiddenLog{}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, caPEM := startAPIServerAs(t, apiserverSA, rec, ln)
+	rs := &runningServer{addr: ln.Addr().String(), caPEM: caPEM, namespace: installNamespace, secret: token.DefaultSigningKeySecretName}
+
+	ctx := context.Background()
+	ns := e.namespace(t, "install-upload-")
+	if err := e.client.Create(ctx, newClaim(ns, "target", map[string]string{cdiv1.AnnUploadRequest: ""})); err != nil {
+		t.Fatal(err)
+	}
+	grantRole(t, e, ns, "alice", rbacv1.PolicyRule{APIGroups: []string{uploadv1.GroupName}, Resources: []string{"uploadtokenrequests"}, Verbs: []string{"create"}})
+	as := map[string][]string{"X-Remote-User": {"alice"}, "X-Remote-Group": {"system:authenticated"}}
+	if res := postToken(t, rs, &e.proxyCert, as, ns, "target"); res.status != http.StatusCreated {
+		t.Errorf("UploadTokenRequest as alice: status %d: %s", res.status, res.body)
+	}
+	// Bob has no grant: the SubjectAccessReview the server makes says no.
+	bob := map[string][]string{"X-Remote-User": {"bob"}, "X-Remote-Group": {"system:authenticated"}}
+	if res := postToken(t, rs, &e.proxyCert, bob, ns, "target"); res.status != http.StatusForbidden {
+		t.Errorf("UploadTokenRequest as bob: status %d, want 403: %s", res.status, res.body)
 	}
 	assertNoForbidden(t, "the apiserver's ServiceAccount", rec)
 }
