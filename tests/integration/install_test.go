@@ -38,6 +38,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -174,22 +175,54 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 func (l *forbiddenLog) wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		resp, err := rt.RoundTrip(r)
-		if err == nil && resp.StatusCode == http.StatusForbidden {
-			l.mu.Lock()
-			// The verb and the resource; list and watch options vary per call.
-			what := r.Method + " " + r.URL.Path
-			q := r.URL.Query()
-			if q.Get("watch") == "true" {
-				what += " (watch)"
-			}
-			if fs := q.Get("fieldSelector"); fs != "" {
-				what += " (fieldSelector " + fs + ")"
-			}
-			l.seen = append(l.seen, what)
-			l.mu.Unlock()
+		if err != nil || resp.StatusCode != http.StatusForbidden {
+			return resp, err
 		}
-		return resp, err
+		body, rerr := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		if rerr != nil {
+			return resp, nil
+		}
+		// JSON or protobuf, as the client asked.
+		var status metav1.Status
+		if obj, _, derr := clientgoscheme.Codecs.UniversalDeserializer().Decode(body, nil, nil); derr == nil {
+			if st, ok := obj.(*metav1.Status); ok {
+				status = *st
+			}
+		}
+		if namespaceTerminating(status) || bytes.Contains(body, []byte("because it is being terminated")) {
+			// Not RBAC: the namespace of an earlier test is being deleted
+			// (envtest runs no namespace controller, so it stays so).
+			return resp, nil
+		}
+		// The verb and the resource; list and watch options vary per call.
+		what := r.Method + " " + r.URL.Path
+		q := r.URL.Query()
+		if q.Get("watch") == "true" {
+			what += " (watch)"
+		}
+		if fs := q.Get("fieldSelector"); fs != "" {
+			what += " (fieldSelector " + fs + ")"
+		}
+		l.mu.Lock()
+		l.seen = append(l.seen, what+": "+status.Message)
+		l.mu.Unlock()
+		return resp, nil
 	})
+}
+
+// namespaceTerminating: kube-apiserver's NamespaceLifecycle refusal, a 403
+// that is no RBAC decision.
+func namespaceTerminating(s metav1.Status) bool {
+	if s.Details != nil {
+		for _, c := range s.Details.Causes {
+			if c.Type == corev1.NamespaceTerminatingCause {
+				return true
+			}
+		}
+	}
+	return strings.Contains(s.Message, "because it is being terminated")
 }
 
 func (l *forbiddenLog) list() []string {
