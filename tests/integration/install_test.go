@@ -701,6 +701,44 @@ func runControllerRBAC(t *testing.T, negative bool) {
 			return dv.Status.Phase == cdiv1.Succeeded
 		})
 	})
+
+	// CDI's older flow (virtctl image-upload pvc): a bare annotated claim is
+	// filled in place by an upload pod, then the pod and its Service and
+	// Secret go.
+	t.Run("upload target claim", func(t *testing.T) {
+		pvc := &corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: "bare-upload", Namespace: ns, Annotations: map[string]string{cdiv1.AnnUploadRequest: ""}},
+			Spec: corev1.PersistentVolumeClaimSpec{
+				AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				StorageClassName: &className,
+				Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+			},
+		}
+		if err := k8sClient.Create(ctx, pvc); err != nil {
+			t.Fatal(err)
+		}
+		serving := types.NamespacedName{Namespace: ns, Name: "cdi-upload-" + pvc.Name}
+		pod := &corev1.Pod{}
+		waitFor(t, 30*time.Second, "the claim's upload pod", func() bool { return k8sClient.Get(ctx, serving, pod) == nil })
+		for _, obj := range []client.Object{&corev1.Service{}, &corev1.Secret{}} {
+			if err := k8sClient.Get(ctx, serving, obj); err != nil {
+				t.Fatalf("upload pod's %T: %v", obj, err)
+			}
+		}
+		pod.Status.Phase = corev1.PodSucceeded
+		if err := k8sClient.Status().Update(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		for _, obj := range []client.Object{&corev1.Pod{}, &corev1.Service{}, &corev1.Secret{}} {
+			obj.SetNamespace(serving.Namespace)
+			obj.SetName(serving.Name)
+			waitFor(t, 20*time.Second, fmt.Sprintf("the upload %T removed", obj), func() bool { return gone(ctx, obj) })
+		}
+		waitFor(t, 20*time.Second, "the claim marked Succeeded with an UploadSucceeded event", func() bool {
+			_ = k8sClient.Get(ctx, client.ObjectKeyFromObject(pvc), pvc)
+			return pvc.Annotations[cdiv1.AnnPodPhase] == string(corev1.PodSucceeded) && eventReasons(t, ns, pvc.UID)["UploadSucceeded"]
+		})
+	})
 }
 
 // TestInstallAPIServerRBAC runs apiserver.Run as the kubefill-apiserver
