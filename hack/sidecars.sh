@@ -34,25 +34,11 @@ have_all() {
   [ -f "$OUT/.complete" ]
 }
 
-if have_all; then
-  echo "$OUT"
-  exit 0
-fi
-
-log() { echo "sidecars: $*" >&2; }
-
 # Test packages run in parallel and each may call this script: one builds,
 # the others wait for it and then find the cache filled.
-mkdir -p "$(dirname "$OUT")"
-exec 9>"$(dirname "$OUT")/.lock"
-if ! flock -n 9; then
-  log "another build is running; waiting for it"
-  flock 9
-fi
-if have_all; then
-  echo "$OUT"
-  exit 0
-fi
+claim_build "$OUT" have_all && exit 0
+
+log() { echo "sidecars: $*" >&2; }
 
 start=$(date +%s)
 log "building $PROVISIONER_MOD@$PROVISIONER_VERSION and $SNAPSHOTTER_MOD@$SNAPSHOTTER_VERSION into $OUT (cold build, several minutes)"
@@ -62,10 +48,6 @@ trap 'rm -rf "$work"' EXIT
 cd "$work"
 
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
-
-gomod_of() {
-  go mod download -json "$1" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p'
-}
 
 # The provisioner requires some k8s.io/kubernetes release for a few helpers;
 # that module's own go.mod lists the staging modules that need a replace.

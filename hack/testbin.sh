@@ -22,10 +22,9 @@ have_all() {
   [ -f "$OUT/.complete" ]
 }
 
-if have_all; then
-  echo "$OUT"
-  exit 0
-fi
+# Test packages and scripts may call this at the same time: one builds, the
+# others wait for it and then find the cache filled.
+claim_build "$OUT" have_all && exit 0
 
 log() { echo "testbin: $*" >&2; }
 start=$(date +%s)
@@ -37,7 +36,7 @@ cd "$work"
 
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
 
-k8s_gomod=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+k8s_gomod=$(gomod_of "k8s.io/kubernetes@$K8S_VERSION")
 [ -f "$k8s_gomod" ] || { log "cannot find go.mod of k8s.io/kubernetes@$K8S_VERSION"; exit 1; }
 
 {

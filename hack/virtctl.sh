@@ -24,25 +24,11 @@ OUT="$CACHE_ROOT/virtctl/$VIRTCTL_VERSION"
 
 have_it() { [ -x "$OUT/virtctl" ] && [ -f "$OUT/.complete" ]; }
 
-if have_it; then
-  echo "$OUT"
-  exit 0
-fi
-
-log() { echo "virtctl: $*" >&2; }
-
 # Test processes and hack/test.sh may call this at the same time: one builds,
 # the others wait for it and then find the cache filled.
-mkdir -p "$(dirname "$OUT")"
-exec 9>"$(dirname "$OUT")/.lock"
-if ! flock -n 9; then
-  log "another build is running; waiting for it"
-  flock 9
-fi
-if have_it; then
-  echo "$OUT"
-  exit 0
-fi
+claim_build "$OUT" have_it && exit 0
+
+log() { echo "virtctl: $*" >&2; }
 
 start=$(date +%s)
 log "building kubevirt.io/kubevirt/cmd/virtctl@$VIRTCTL_VERSION into $OUT (cold build, a few minutes)"
@@ -53,7 +39,7 @@ cd "$work"
 
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
 
-kv_gomod=$(go mod download -json "kubevirt.io/kubevirt@$VIRTCTL_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+kv_gomod=$(gomod_of "kubevirt.io/kubevirt@$VIRTCTL_VERSION")
 [ -f "$kv_gomod" ] || { log "cannot find go.mod of kubevirt.io/kubevirt@$VIRTCTL_VERSION"; exit 1; }
 
 # kubevirt_replaces prints the body of kubevirt's replace block: published

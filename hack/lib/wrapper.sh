@@ -23,3 +23,24 @@ publish_dir() {
   rm -rf "$2" && mv "$2.tmp" "$2"
   touch "$2/.complete"
 }
+
+# claim_build OUT HAVE prints OUT and returns 0 when the function HAVE finds
+# the cache complete, waiting first for a build another process is running;
+# otherwise it takes the build lock (fd 9, held until exit) and returns 1.
+claim_build() {
+  "$2" && { echo "$1"; return 0; }
+  mkdir -p "$(dirname "$1")"
+  exec 9>"$(dirname "$1")/.lock"
+  if ! flock -n 9; then
+    echo "$(basename "$(dirname "$1")"): another build is running; waiting for it" >&2
+    flock 9
+  fi
+  "$2" && { echo "$1"; return 0; }
+  return 1
+}
+
+# gomod_of MODULE@VERSION prints the path of that module's go.mod in the
+# module cache, downloading it when needed.
+gomod_of() {
+  go mod download -json "$1" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p'
+}
