@@ -9,10 +9,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 )
 
-// annCopiedEvents on a prime lists the names of its events already copied to
-// the target, so that each is copied once.
+// annCopiedEvents on a prime lists the names of the events (its own and its
+// workers') already copied to the target, so that each is copied once.
 const annCopiedEvents = "kubefill.io/copied-events"
 
 // maxCopiedEvents bounds that list; a prime rarely has more than a handful.
@@ -54,23 +56,43 @@ func eventTime(e corev1.Event) time.Time {
 	return t
 }
 
-// copyPrimeEvents shows the target what happened to its prime (the
-// provisioner failing, a quota refusing it), which users otherwise never
-// see: the prime is an object they did not make and rarely look at.
-func (r *Reconciler) copyPrimeEvents(ctx context.Context, target, prime *corev1.PersistentVolumeClaim) error {
+// copyEvents shows the target what happened to its prime (the provisioner
+// failing, a quota refusing it) and the warnings of its worker pods while
+// they wait (no node fits, a volume does not mount, the image does not
+// pull): users otherwise never see these, on objects they did not make.
+func (r *Reconciler) copyEvents(ctx context.Context, target, prime *corev1.PersistentVolumeClaim) error {
 	if r.Events == nil || prime.UID == "" {
 		return nil
 	}
-	list := &corev1.EventList{}
-	if err := r.Events.List(ctx, list, client.InNamespace(prime.Namespace), client.MatchingFields{"involvedObject.uid": string(prime.UID)}); err != nil {
-		return fmt.Errorf("listing the events of prime %s: %w", prime.Name, err)
+	found, err := r.eventsOf(ctx, prime, "PVC-prime "+prime.Name)
+	if err != nil {
+		return err
 	}
-	fresh, copied := EventsToCopy(list.Items, prime.Annotations[annCopiedEvents])
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods, client.InNamespace(target.Namespace), client.MatchingLabels{cdiv1.LabelOwnedByUID: string(target.UID)}); err != nil {
+		return fmt.Errorf("listing the workers of %s: %w", target.Name, err)
+	}
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if pod.Status.Phase != corev1.PodPending {
+			continue
+		}
+		evs, err := r.eventsOf(ctx, pod, "pod "+pod.Name)
+		if err != nil {
+			return err
+		}
+		for _, e := range evs {
+			if e.Type == corev1.EventTypeWarning {
+				found = append(found, e)
+			}
+		}
+	}
+	fresh, copied := EventsToCopy(found, prime.Annotations[annCopiedEvents])
 	if len(fresh) == 0 {
 		return nil
 	}
 	for _, e := range fresh {
-		r.event(target, e.Type, e.Reason, "CopyFromPrime", fmt.Sprintf("PVC-prime %s: %s", prime.Name, e.Message))
+		r.event(target, e.Type, e.Reason, "CopyEvent", e.Message)
 	}
 	patch := client.MergeFrom(prime.DeepCopy())
 	if prime.Annotations == nil {
@@ -81,4 +103,16 @@ func (r *Reconciler) copyPrimeEvents(ctx context.Context, target, prime *corev1.
 		return fmt.Errorf("recording the events copied from prime %s: %w", prime.Name, err)
 	}
 	return nil
+}
+
+// eventsOf lists obj's events, their messages led by what ("PVC-prime x").
+func (r *Reconciler) eventsOf(ctx context.Context, obj client.Object, what string) ([]corev1.Event, error) {
+	list := &corev1.EventList{}
+	if err := r.Events.List(ctx, list, client.InNamespace(obj.GetNamespace()), client.MatchingFields{"involvedObject.uid": string(obj.GetUID())}); err != nil {
+		return nil, fmt.Errorf("listing the events of %s: %w", what, err)
+	}
+	for i := range list.Items {
+		list.Items[i].Message = what + ": " + list.Items[i].Message
+	}
+	return list.Items, nil
 }

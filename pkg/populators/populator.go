@@ -104,8 +104,9 @@ func targetOf(obj client.Object) []ctrl.Request {
 	return nil
 }
 
-// primeEventsPoll is how often an unbound prime's events are looked for.
-const primeEventsPoll = 10 * time.Second
+// eventsPoll is how often the events of an unbound prime or a pending worker
+// are looked for.
+const eventsPoll = 10 * time.Second
 
 // annTargetName on a worker pod names the target claim, so that pod events
 // reach the target's reconcile without a lookup.
@@ -187,9 +188,9 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 	}
 
-	if err := r.copyPrimeEvents(ctx, target, prime); err != nil {
+	if err := r.copyEvents(ctx, target, prime); err != nil {
 		// Only the events are late; the population goes on.
-		logger.Error(err, "copying the prime's events to the claim")
+		logger.Error(err, "copying the prime's and the workers' events to the claim")
 	}
 	state, err := r.Kind.Fill(ctx, target, prime, source)
 	if err != nil {
@@ -200,10 +201,11 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if !state.Done() {
 		after := state.RetryAfter
-		if prime.Status.Phase != corev1.ClaimBound && (after == 0 || after > primeEventsPoll) {
-			// Nothing is watched that says why a prime stays unbound: look
-			// for its events (the provisioner's complaints) now and then.
-			after = primeEventsPoll
+		waiting := prime.Status.Phase != corev1.ClaimBound || state.Phase == corev1.PodPending
+		if waiting && (after == 0 || after > eventsPoll) {
+			// Nothing is watched that says why a prime stays unbound or a
+			// worker pending: look for their events now and then.
+			after = eventsPoll
 		}
 		return ctrl.Result{RequeueAfter: after}, nil
 	}

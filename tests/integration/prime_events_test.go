@@ -16,10 +16,11 @@ import (
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 )
 
-// The provisioner's complaints about a PVC-prime reach the user's claim:
-// the prime is an object the user did not make and rarely looks at. Each
-// event is copied once, however often the populator reconciles.
-func TestPrimeEventsReachTheClaim(t *testing.T) {
+// The provisioner's complaints about a PVC-prime, and a pending worker pod's
+// warnings, reach the user's claim: these are objects the user did not make
+// and rarely looks at. Each event is copied once, however often the
+// populator reconciles.
+func TestPrimeAndWorkerEventsReachTheClaim(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
 	className := ns + "-csi"
@@ -89,6 +90,49 @@ func TestPrimeEventsReachTheClaim(t *testing.T) {
 	if got.Type != corev1.EventTypeWarning || !strings.Contains(got.Message, prime.Name) || !strings.Contains(got.Message, "out of space") {
 		t.Errorf("copied event: %s %s %q", got.Type, got.Reason, got.Message)
 	}
+	// A pending worker's warnings come too; its normal events do not.
+	pod := &corev1.Pod{}
+	waitFor(t, 30*time.Second, "the importer pod", func() bool {
+		pods := &corev1.PodList{}
+		if err := k8sClient.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{cdiv1.LabelOwnedByUID: string(target.UID)}); err != nil || len(pods.Items) == 0 {
+			return false
+		}
+		*pod = pods.Items[0]
+		return true
+	})
+	for _, e := range []struct{ typ, reason, msg string }{
+		{corev1.EventTypeWarning, "FailedScheduling", "0/3 nodes are available: 3 Insufficient memory"},
+		{corev1.EventTypeNormal, "Scheduled", "Successfully assigned somewhere"},
+	} {
+		podEvent := &corev1.Event{
+			ObjectMeta:     metav1.ObjectMeta{Name: pod.Name + "." + strings.ToLower(e.reason), Namespace: ns},
+			InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: ns, Name: pod.Name, UID: pod.UID},
+			Type:           e.typ, Reason: e.reason, Message: e.msg,
+			Source:         corev1.EventSource{Component: "default-scheduler"},
+			FirstTimestamp: now, LastTimestamp: now, Count: 1,
+		}
+		if err := k8sClient.Create(ctx, podEvent); err != nil {
+			t.Fatal(err)
+		}
+	}
+	onClaim := func(reason string) []corev1.Event {
+		list := &corev1.EventList{}
+		if err := k8sClient.List(ctx, list, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		var out []corev1.Event
+		for _, e := range list.Items {
+			if e.InvolvedObject.UID == target.UID && e.Reason == reason {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	waitFor(t, 30*time.Second, "the importer pod's FailedScheduling on the claim", func() bool { return len(onClaim("FailedScheduling")) > 0 })
+	if m := onClaim("FailedScheduling")[0].Message; !strings.Contains(m, "pod "+pod.Name+": 0/3 nodes are available") {
+		t.Errorf("copied pod warning: %q", m)
+	}
+
 	// More reconciles (the importer pod is polled) copy nothing twice.
 	time.Sleep(5 * time.Second)
 	if n := len(copies()); n != 1 {
@@ -99,5 +143,11 @@ func TestPrimeEventsReachTheClaim(t *testing.T) {
 			t.Errorf("the copied event repeats: count %d, series %+v", e.Count, e.Series)
 		}
 	}
-	t.Logf("claim event: %s %s %q", got.Type, got.Reason, got.Message)
+	if n := len(onClaim("FailedScheduling")); n != 1 {
+		t.Errorf("the pod's warning was copied %d times", n)
+	}
+	if n := len(onClaim("Scheduled")); n != 0 {
+		t.Errorf("a pod's normal event was copied %d times", n)
+	}
+	t.Logf("claim events: %s %s %q; %q", got.Type, got.Reason, got.Message, onClaim("FailedScheduling")[0].Message)
 }
