@@ -203,22 +203,13 @@ func (c *Cluster) startTokenAPI(ctx context.Context, dyn dynamic.Interface, inst
 		return procRecord{}, err
 	}
 	stop := func(err error) (procRecord, error) { return procRecord{}, errors.Join(err, rec.stop(10*time.Second)) }
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: installNS, Name: tokenAPIServiceName},
-		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "https", Port: 443, TargetPort: intstr.FromInt(port), Protocol: corev1.ProtocolTCP}}},
-	}
+	svc, slice, apisvc := TokenAPIObjects(installNS, gw, port, sc.CAPEM)
 	if _, err := c.Client.CoreV1().Services(installNS).Create(ctx, svc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return stop(fmt.Errorf("creating Service %s/%s: %w", installNS, svc.Name, err))
 	}
 	// No kube-proxy or endpoints controller for host processes: the slice is
-	// written by hand, and the aggregator (--enable-aggregator-routing) uses it.
+	// written by hand.
 	slices := c.Client.DiscoveryV1().EndpointSlices(installNS)
-	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Namespace: installNS, Name: tokenAPIServiceName + "-host", Labels: map[string]string{discoveryv1.LabelServiceName: tokenAPIServiceName}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{gw}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
-		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To(int32(port)), Protocol: ptr.To(corev1.ProtocolTCP)}},
-	}
 	if old, err := slices.Get(ctx, slice.Name, metav1.GetOptions{}); err == nil {
 		slice.ResourceVersion = old.ResourceVersion
 		_, err = slices.Update(ctx, slice, metav1.UpdateOptions{})
@@ -228,7 +219,7 @@ func (c *Cluster) startTokenAPI(ctx context.Context, dyn dynamic.Interface, inst
 	} else if _, err := slices.Create(ctx, slice, metav1.CreateOptions{}); err != nil {
 		return stop(fmt.Errorf("creating EndpointSlice %s/%s: %w", installNS, slice.Name, err))
 	}
-	if err := applyAPIService(ctx, dyn, installNS, sc.CAPEM); err != nil {
+	if err := applyAPIService(ctx, dyn, apisvc); err != nil {
 		return stop(err)
 	}
 	if err := waitAPIServiceAvailable(ctx, dyn, rec); err != nil {
@@ -237,10 +228,22 @@ func (c *Cluster) startTokenAPI(ctx context.Context, dyn dynamic.Interface, inst
 	return rec, nil
 }
 
-// applyAPIService points the upload API group at the Service in installNS,
-// replacing an earlier registration (another test's install namespace).
-func applyAPIService(ctx context.Context, dyn dynamic.Interface, installNS string, caPEM []byte) error {
-	obj := &unstructured.Unstructured{Object: map[string]any{
+// TokenAPIObjects route the upload API group to a `kubefill apiserver` that
+// listens at addr:port outside any pod: a Service without a selector, the
+// EndpointSlice that kube-apiserver's aggregator (--enable-aggregator-routing)
+// dials, and the APIService trusting caPEM.
+func TokenAPIObjects(installNS, addr string, port int, caPEM []byte) (*corev1.Service, *discoveryv1.EndpointSlice, *unstructured.Unstructured) {
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: installNS, Name: tokenAPIServiceName},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "https", Port: 443, TargetPort: intstr.FromInt(port), Protocol: corev1.ProtocolTCP}}},
+	}
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: installNS, Name: tokenAPIServiceName + "-host", Labels: map[string]string{discoveryv1.LabelServiceName: tokenAPIServiceName}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{addr}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To(int32(port)), Protocol: ptr.To(corev1.ProtocolTCP)}},
+	}
+	apisvc := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "apiregistration.k8s.io/v1",
 		"kind":       "APIService",
 		"metadata":   map[string]any{"name": uploadAPIService},
@@ -253,6 +256,25 @@ func applyAPIService(ctx context.Context, dyn dynamic.Interface, installNS strin
 			"versionPriority":      int64(15),
 		},
 	}}
+	return svc, slice, apisvc
+}
+
+// APIServiceAvailable reads an APIService's Available condition: whether it
+// is True, and its message.
+func APIServiceAvailable(obj *unstructured.Unstructured) (bool, string) {
+	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, _ := c.(map[string]any); m["type"] == "Available" {
+			msg, _ := m["message"].(string)
+			return m["status"] == "True", fmt.Sprintf("%v: %s", m["reason"], msg)
+		}
+	}
+	return false, "no Available condition yet"
+}
+
+// applyAPIService creates the APIService, replacing an earlier registration
+// (another test's install namespace).
+func applyAPIService(ctx context.Context, dyn dynamic.Interface, obj *unstructured.Unstructured) error {
 	api := dyn.Resource(apiServiceGVR)
 	old, err := api.Get(ctx, uploadAPIService, metav1.GetOptions{})
 	switch {
@@ -275,16 +297,11 @@ func waitAPIServiceAvailable(ctx context.Context, dyn dynamic.Interface, rec pro
 	for {
 		obj, err := dyn.Resource(apiServiceGVR).Get(ctx, uploadAPIService, metav1.GetOptions{})
 		if err == nil {
-			conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
-			for _, c := range conds {
-				m, _ := c.(map[string]any)
-				if m["type"] == "Available" {
-					if m["status"] == "True" {
-						return nil
-					}
-					last = fmt.Sprintf("%v: %v", m["reason"], m["message"])
-				}
+			ok, msg := APIServiceAvailable(obj)
+			if ok {
+				return nil
 			}
+			last = msg
 		}
 		if !rec.alive() {
 			return fmt.Errorf("kubefill apiserver exited:\n%s", logTail(rec.LogFile, 30))

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"encoding/base64"
 	"fmt"
 	"net"
 	"os"
@@ -13,13 +12,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/discovery"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -28,6 +23,7 @@ import (
 
 	"github.com/kubefill/kubefill/pkg/apiserver"
 	"github.com/kubefill/kubefill/pkg/token"
+	"github.com/kubefill/kubefill/tests/cluster"
 )
 
 // testNetns is a network namespace joined to the host by a veth pair with one
@@ -175,30 +171,7 @@ func testThroughAggregator(t *testing.T, e *aggEnv) {
 	})
 
 	// Service without selector + EndpointSlice at the namespace's address.
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: installNS, Name: svcName},
-		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "https", Port: 443, TargetPort: intstr.FromInt32(port), Protocol: corev1.ProtocolTCP}}},
-	}
-	ready := true
-	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Namespace: installNS, Name: svcName + "-1", Labels: map[string]string{discoveryv1.LabelServiceName: svcName}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{n.nsAddr}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
-		Ports:       []discoveryv1.EndpointPort{{Name: ptrTo("https"), Port: ptrTo(int32(port)), Protocol: ptrTo(corev1.ProtocolTCP)}},
-	}
-	apisvc := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "apiregistration.k8s.io/v1",
-		"kind":       "APIService",
-		"metadata":   map[string]any{"name": "v1beta1." + uploadv1.GroupName},
-		"spec": map[string]any{
-			"service":              map[string]any{"namespace": installNS, "name": svcName, "port": int64(443)},
-			"group":                uploadv1.GroupName,
-			"version":              "v1beta1",
-			"caBundle":             base64.StdEncoding.EncodeToString(sc.CAPEM),
-			"groupPriorityMinimum": int64(1000),
-			"versionPriority":      int64(15),
-		},
-	}}
+	svc, slice, apisvc := cluster.TokenAPIObjects(installNS, n.nsAddr, port, sc.CAPEM)
 	for _, o := range []client.Object{svc, slice} {
 		if err := e.client.Create(ctx, o); err != nil {
 			t.Fatal(err)
@@ -213,15 +186,7 @@ func testThroughAggregator(t *testing.T, e *aggEnv) {
 		if err := e.client.Get(ctx, client.ObjectKeyFromObject(apisvc), apisvc); err != nil {
 			t.Fatal(err)
 		}
-		conds, _, _ := unstructured.NestedSlice(apisvc.Object, "status", "conditions")
-		available, message := false, ""
-		for _, c := range conds {
-			m, _ := c.(map[string]any)
-			if m["type"] == "Available" {
-				available = m["status"] == "True"
-				message, _ = m["message"].(string)
-			}
-		}
+		available, message := cluster.APIServiceAvailable(apisvc)
 		if available {
 			break
 		}

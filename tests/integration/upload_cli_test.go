@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/base64"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,17 +11,14 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
-	uploadv1 "github.com/kubefill/kubefill-api/upload/v1beta1"
 	"github.com/kubefill/kubefill/pkg/apiserver"
 	"github.com/kubefill/kubefill/pkg/token"
 	"github.com/kubefill/kubefill/pkg/uploadcli"
+	"github.com/kubefill/kubefill/tests/cluster"
 )
 
 // serveTokenAPI runs `kubefill apiserver` in a network namespace behind a
@@ -57,33 +53,8 @@ func serveTokenAPI(t *testing.T, e *aggEnv) string {
 			t.Error("apiserver.Run did not stop")
 		}
 	})
-	ready := true
-	objs := []client.Object{
-		&corev1.Service{
-			ObjectMeta: metav1.ObjectMeta{Namespace: installNS, Name: svcName},
-			Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "https", Port: 443, TargetPort: intstr.FromInt32(port), Protocol: corev1.ProtocolTCP}}},
-		},
-		&discoveryv1.EndpointSlice{
-			ObjectMeta:  metav1.ObjectMeta{Namespace: installNS, Name: svcName + "-1", Labels: map[string]string{discoveryv1.LabelServiceName: svcName}},
-			AddressType: discoveryv1.AddressTypeIPv4,
-			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{n.nsAddr}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
-			Ports:       []discoveryv1.EndpointPort{{Name: ptrTo("https"), Port: ptrTo(int32(port)), Protocol: ptrTo(corev1.ProtocolTCP)}},
-		},
-	}
-	apisvc := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "apiregistration.k8s.io/v1",
-		"kind":       "APIService",
-		"metadata":   map[string]any{"name": "v1beta1." + uploadv1.GroupName},
-		"spec": map[string]any{
-			"service":              map[string]any{"namespace": installNS, "name": svcName, "port": int64(443)},
-			"group":                uploadv1.GroupName,
-			"version":              "v1beta1",
-			"caBundle":             base64.StdEncoding.EncodeToString(sc.CAPEM),
-			"groupPriorityMinimum": int64(1000),
-			"versionPriority":      int64(15),
-		},
-	}}
-	for _, o := range append(objs, apisvc) {
+	svc, slice, apisvc := cluster.TokenAPIObjects(installNS, n.nsAddr, port, sc.CAPEM)
+	for _, o := range []client.Object{svc, slice, apisvc} {
 		mustCreate(t, e.client, o)
 	}
 	t.Cleanup(func() { _ = e.client.Delete(context.Background(), apisvc) })
@@ -91,13 +62,8 @@ func serveTokenAPI(t *testing.T, e *aggEnv) string {
 		if err := e.client.Get(context.Background(), client.ObjectKeyFromObject(apisvc), apisvc); err != nil {
 			return false
 		}
-		conds, _, _ := unstructured.NestedSlice(apisvc.Object, "status", "conditions")
-		for _, c := range conds {
-			if m, _ := c.(map[string]any); m["type"] == "Available" && m["status"] == "True" {
-				return true
-			}
-		}
-		return false
+		ok, _ := cluster.APIServiceAvailable(apisvc)
+		return ok
 	})
 	return installNS
 }
