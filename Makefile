@@ -58,12 +58,14 @@ test-e2e: ## End-to-end tests on the local cluster
 	bash hack/test.sh e2e
 
 bench-import: ## Import benchmarks: ratios against qemu-img, curl+qemu-img and cp
+	bash hack/deps.sh
 	bash hack/bench-import.sh
 
 demo: ## The main job: a local cluster imports a disk into a PVC through a DataVolume, checks the bytes, tears down
 	bash hack/dev.sh check
 
 bench-upload: ## Upload throughput through the proxy as a ratio to a plain loopback TLS copy
+	bash hack/deps.sh
 	KUBEFILL_BENCH_UPLOAD=1 go test -count=1 -run TestThroughputRatio -v ./pkg/uploadproxy/
 
 dev: ## Bring the local cluster up with Kubefill running and leave it up (make dev-down removes it)
