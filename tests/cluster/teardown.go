@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/kubefill/kubefill/tests/internal/mountinfo"
 )
 
 // stateFile is the record of everything a cluster made, kept in its directory
@@ -203,48 +204,18 @@ func mountsUnder(dir string) ([]string, error) {
 	if real, err := filepath.EvalSymlinks(abs); err == nil {
 		abs = real
 	}
-	f, err := os.Open("/proc/self/mountinfo")
+	all, err := mountinfo.MountPoints()
 	if err != nil {
-		return nil, fmt.Errorf("read mountinfo: %w", err)
+		return nil, err
 	}
-	defer f.Close()
 	var mounts []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMountPath(fields[4])
+	for _, mp := range all {
 		if mp == abs || strings.HasPrefix(mp, abs+"/") {
 			mounts = append(mounts, mp)
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read mountinfo: %w", err)
-	}
 	sort.Slice(mounts, func(i, j int) bool { return len(mounts[i]) > len(mounts[j]) })
 	return mounts, nil
-}
-
-// unescapeMountPath undoes mountinfo's octal escapes (\040 for a space...).
-func unescapeMountPath(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // unmountUnder detaches every mount at or below dir.

@@ -1,14 +1,13 @@
 package hostpath
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
+	"slices"
 	"syscall"
+
+	"github.com/kubefill/kubefill/tests/internal/mountinfo"
 )
 
 // isMountPoint reports whether path is a mount point in this process's mount
@@ -21,38 +20,11 @@ func isMountPoint(path string) (bool, error) {
 	if real, err := filepath.EvalSymlinks(abs); err == nil {
 		abs = real
 	}
-	f, err := os.Open("/proc/self/mountinfo")
+	mounts, err := mountinfo.MountPoints()
 	if err != nil {
-		return false, fmt.Errorf("read mountinfo: %w", err)
+		return false, err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) >= 5 && unescape(fields[4]) == abs {
-			return true, nil
-		}
-	}
-	return false, sc.Err()
-}
-
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return slices.Contains(mounts, abs), nil
 }
 
 // bindMount mounts src at target, read-only when asked. A read-only bind

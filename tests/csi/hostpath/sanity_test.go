@@ -1,7 +1,6 @@
 package hostpath
 
 import (
-	"bufio"
 	"context"
 	"os"
 	"path/filepath"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
+
+	"github.com/kubefill/kubefill/tests/internal/mountinfo"
 )
 
 // startDriver serves a driver on a socket in a temporary directory and
@@ -53,18 +54,15 @@ func startDriver(t *testing.T) (endpoint, dataDir, base string) {
 }
 
 func unmountBelow(t *testing.T, dir string) {
-	f, err := os.Open("/proc/self/mountinfo")
+	all, err := mountinfo.MountPoints()
 	if err != nil {
-		t.Errorf("read mountinfo: %v", err)
+		t.Errorf("%v", err)
 		return
 	}
-	defer f.Close()
 	var mounts []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) >= 5 && strings.HasPrefix(unescape(fields[4]), dir+"/") {
-			mounts = append(mounts, unescape(fields[4]))
+	for _, mp := range all {
+		if strings.HasPrefix(mp, dir+"/") {
+			mounts = append(mounts, mp)
 		}
 	}
 	sort.Slice(mounts, func(i, j int) bool { return len(mounts[i]) > len(mounts[j]) })
