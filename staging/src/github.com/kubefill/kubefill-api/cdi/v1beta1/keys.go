@@ -102,6 +102,39 @@ const (
 	AnnCloneSourcePod      = annPrefix + "storage.sourceClonePodName"
 	// AnnCloneStrategy on a StorageClass overrides its profile's clone strategy.
 	AnnCloneStrategy = annPrefix + "clone-strategy"
+	// AnnDataSourceNamespace on a target claim names the namespace of its
+	// VolumeCloneSource, marking a cross-namespace clone.
+	AnnDataSourceNamespace = annPrefix + "dataSourceNamespace"
+	// AnnSnapshotSourceVolumeMode on a VolumeSnapshot is CDI's hint of the
+	// source's volume mode, for contents without spec.sourceVolumeMode.
+	AnnSnapshotSourceVolumeMode = annPrefix + "storage.import.sourceVolumeMode"
+	// AnnCloneRequest on a host-assisted clone's claim names its source, <ns>/<name>.
+	AnnCloneRequest = "k8s.io/CloneRequest"
+	// AnnCloneOf on a claim says a host-assisted clone filled it.
+	AnnCloneOf = "k8s.io/CloneOf"
+	// AnnUploadClientName names the client certificate a clone's upload
+	// server accepts: <srcNs>/<srcName>-<tgtNs>/<tgtName>.
+	AnnUploadClientName = annPrefix + "uploadClientName"
+	// FinalizerClonePopulator on a clone's target lets the populator remove
+	// its temporary objects in the source namespace, which owner references
+	// cannot reach.
+	FinalizerClonePopulator = annPrefix + "clonePopulator"
+)
+
+// Clone fallback reasons (Warning event reasons) and CDI's messages for them,
+// the value of cdi.kubevirt.io/cloneFallbackReason.
+const (
+	FallbackNoVolumeSnapshotClass    = "NoVolumeSnapshotClass"
+	FallbackIncompatibleProvisioners = "IncompatibleProvisioners"
+	FallbackIncompatibleVolumeModes  = "IncompatibleVolumeModes"
+	FallbackNoVolumeExpansion        = "NoVolumeExpansion"
+	FallbackNoProvisionerMatch       = "NoProvisionerMatch"
+
+	FallbackMessageNoVolumeSnapshotClass    = "No compatible volumesnapshotclass found"
+	FallbackMessageIncompatibleProvisioners = "Provisioners are incompatible"
+	FallbackMessageIncompatibleVolumeModes  = "The volume modes of source and target are incompatible"
+	FallbackMessageNoVolumeExpansion        = "No volume expansion is possible"
+	FallbackMessageNoProvisionerMatch       = "The storageclass provisioner does not match the volumesnapshotcontent driver"
 )
 
 // Events raised on a temporary object but meant for the user's object.
@@ -115,6 +148,9 @@ const (
 	AnnSelectedNode            = "volume.kubernetes.io/selected-node"
 	AnnDefaultStorageClass     = "storageclass.kubernetes.io/is-default-class"
 	AnnDefaultVirtStorageClass = "storageclass.kubevirt.io/is-default-virt-class"
+	// AnnDefaultSnapshotClass marks a driver's default VolumeSnapshotClass;
+	// the external snapshotter and CDI read this exact key.
+	AnnDefaultSnapshotClass = "snapshot.storage.kubernetes.io/is-default-class"
 )
 
 // Labels on the temporary objects Kubefill creates.
@@ -146,10 +182,3 @@ const (
 	ReasonError           = "Error"
 )
 
-// The reasons a clone falls back to the host-assisted copy.
-const (
-	FallbackNoVolumeSnapshotClass   = "NoVolumeSnapshotClass"
-	FallbackIncompatibleProvisioner = "IncompatibleProvisioners"
-	FallbackIncompatibleVolumeModes = "IncompatibleVolumeModes"
-	FallbackNoVolumeExpansion       = "NoVolumeExpansion"
-)
