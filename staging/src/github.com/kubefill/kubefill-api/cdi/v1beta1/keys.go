@@ -181,4 +181,3 @@ const (
 	ReasonCompleted       = "Completed"
 	ReasonError           = "Error"
 )
-
