@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+	"github.com/kubefill/kubefill/pkg/storage"
 )
 
 // CDI's default worker pod resources, used where CDIConfig's spec is silent.
@@ -104,8 +105,8 @@ func FilesystemOverheadFor(spec *cdiv1.FilesystemOverhead, classes []string) (*c
 }
 
 // ScratchSpaceStorageClassFor picks the class for scratch space: the spec's
-// when that class exists, else the cluster's default class (the newest one
-// if several claim it, as Kubernetes does), else "".
+// when that class exists, else the cluster's default class (storage's one
+// rule: the newest if several claim it, as Kubernetes does), else "".
 func ScratchSpaceStorageClassFor(spec *string, classes []storagev1.StorageClass) string {
 	if spec != nil {
 		for i := range classes {
@@ -114,27 +115,7 @@ func ScratchSpaceStorageClassFor(spec *string, classes []storagev1.StorageClass)
 			}
 		}
 	}
-	return DefaultStorageClassName(classes)
-}
-
-// DefaultStorageClassName returns the class annotated as the cluster default;
-// with several, the newest, ties broken by name; "" when there is none.
-func DefaultStorageClassName(classes []storagev1.StorageClass) string {
-	var best *storagev1.StorageClass
-	for i := range classes {
-		c := &classes[i]
-		if c.Annotations[cdiv1.AnnDefaultStorageClass] != "true" {
-			continue
-		}
-		if best == nil || c.CreationTimestamp.After(best.CreationTimestamp.Time) ||
-			(c.CreationTimestamp.Equal(&best.CreationTimestamp) && c.Name < best.Name) {
-			best = c
-		}
-	}
-	if best == nil {
-		return ""
-	}
-	return best.Name
+	return storage.DefaultClassName(classes)
 }
 
 // emptyImportProxy is what CDI reports when no proxy is configured: every

@@ -20,6 +20,7 @@ import (
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 	"github.com/kubefill/kubefill/pkg/populators"
+	"github.com/kubefill/kubefill/pkg/storage"
 )
 
 // DataVolumeReconciler renders each DataVolume's claim, points it at a
@@ -242,23 +243,15 @@ func (r *DataVolumeReconciler) renderClaim(ctx context.Context, dv *cdiv1.DataVo
 	return spec, className, err
 }
 
-// defaultStorageClass is the virtualization default class if one is marked,
-// else the cluster default, else "" (the claim then gets the API's default).
+// defaultStorageClass is the class of a DataVolume that names none: the
+// virtualization default class if one is marked, else the cluster default,
+// else "" (the claim then gets the API's default). See storage.DataVolumeClassName.
 func (r *DataVolumeReconciler) defaultStorageClass(ctx context.Context) (string, error) {
 	list := &storagev1.StorageClassList{}
 	if err := r.Client.List(ctx, list); err != nil {
 		return "", fmt.Errorf("listing StorageClasses: %w", err)
 	}
-	def := ""
-	for _, sc := range list.Items {
-		if sc.Annotations[cdiv1.AnnDefaultVirtStorageClass] == "true" {
-			return sc.Name, nil
-		}
-		if sc.Annotations[cdiv1.AnnDefaultStorageClass] == "true" {
-			def = sc.Name
-		}
-	}
-	return def, nil
+	return storage.DataVolumeClassName(list.Items), nil
 }
 
 // updateStatus writes the computed status when it differs.
