@@ -26,6 +26,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/kubefill/kubefill/tests/kit"
 )
 
 // Names of the storage objects the cluster installs.
@@ -283,7 +285,7 @@ func (c *Cluster) run(name string, env []string, bin string, args ...string) (pr
 // clusterPKI holds the files of the cluster's certificates.
 type clusterPKI struct {
 	dir                  string
-	ca                   *certAuthority
+	ca                   *kit.CA
 	caFile               string
 	frontProxyCAFile     string
 	apiserverCert        string
@@ -300,27 +302,22 @@ func (c *Cluster) writePKI() error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create pki dir: %w", err)
 	}
-	ca, err := newCA("kubefill-local-ca")
+	ca, err := kit.NewCA("kubefill-local-ca", caValidity)
 	if err != nil {
 		return err
 	}
 	p := &clusterPKI{dir: dir, ca: ca, caFile: filepath.Join(dir, "ca.crt")}
-	if err := os.WriteFile(p.caFile, ca.certPEM, 0o644); err != nil {
+	if err := os.WriteFile(p.caFile, ca.CertPEM, 0o644); err != nil {
 		return fmt.Errorf("write CA: %w", err)
 	}
-	caKey, err := keyPairOfCA(ca)
-	if err != nil {
+	if _, p.caKeyFile, err = (keyPair{CertPEM: ca.CertPEM, KeyPEM: ca.KeyPEM}).write(dir, "ca"); err != nil {
 		return err
 	}
-	if _, p.caKeyFile, err = caKey.write(dir, "ca"); err != nil {
-		return err
-	}
-	serving, err := ca.issue(certRequest{
-		commonName: "kube-apiserver",
-		dnsNames: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
-			"kubernetes.default.svc.cluster.local"},
-		ips:    []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.96.0.1")},
-		server: true,
+	serving, err := issue(ca, kit.Leaf{
+		CommonName: "kube-apiserver",
+		Hosts: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+			"kubernetes.default.svc.cluster.local", "127.0.0.1", "10.96.0.1"},
+		Server: true,
 	})
 	if err != nil {
 		return err
@@ -328,15 +325,15 @@ func (c *Cluster) writePKI() error {
 	if p.apiserverCert, p.apiserverKey, err = serving.write(dir, "apiserver"); err != nil {
 		return err
 	}
-	fpCA, err := newCA("kubefill-front-proxy-ca")
+	fpCA, err := kit.NewCA("kubefill-front-proxy-ca", caValidity)
 	if err != nil {
 		return err
 	}
 	p.frontProxyCAFile = filepath.Join(dir, "front-proxy-ca.crt")
-	if err := os.WriteFile(p.frontProxyCAFile, fpCA.certPEM, 0o644); err != nil {
+	if err := os.WriteFile(p.frontProxyCAFile, fpCA.CertPEM, 0o644); err != nil {
 		return fmt.Errorf("write front-proxy CA: %w", err)
 	}
-	fpClient, err := fpCA.issue(certRequest{commonName: "front-proxy-client", client: true})
+	fpClient, err := issue(fpCA, kit.Leaf{CommonName: "front-proxy-client", Client: true})
 	if err != nil {
 		return err
 	}
@@ -353,12 +350,12 @@ func (c *Cluster) writePKI() error {
 // writeKubeconfig issues a client certificate for user/groups and writes a
 // kubeconfig that uses it.
 func (c *Cluster) writeKubeconfig(name, user string, groups ...string) (string, error) {
-	kp, err := c.pki.ca.issue(certRequest{commonName: user, organization: groups, client: true})
+	kp, err := issue(c.pki.ca, kit.Leaf{CommonName: user, Organization: groups, Client: true})
 	if err != nil {
 		return "", err
 	}
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: c.apiserver, CertificateAuthorityData: c.pki.ca.certPEM}
+	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: c.apiserver, CertificateAuthorityData: c.pki.ca.CertPEM}
 	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{ClientCertificateData: kp.CertPEM, ClientKeyData: kp.KeyPEM}
 	cfg.Contexts["local"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: user}
 	cfg.CurrentContext = "local"

@@ -27,7 +27,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	uploadv1 "github.com/kubefill/kubefill-api/upload/v1beta1"
-	"github.com/kubefill/kubefill/pkg/apiserver"
+	"github.com/kubefill/kubefill/pkg/pki"
 	"github.com/kubefill/kubefill/pkg/populators"
 	"github.com/kubefill/kubefill/pkg/token"
 )
@@ -142,7 +142,7 @@ func (c *Cluster) StartUploadServices(ctx context.Context, installNS string, pro
 			return fail(err)
 		}
 	}
-	sc, err := apiserver.GenerateServingCert("kubefill-uploadproxy", []string{"localhost", "127.0.0.1"}, 24*time.Hour)
+	sc, err := pki.GenerateServingCert("kubefill-uploadproxy", []string{"localhost", "127.0.0.1"}, 24*time.Hour)
 	if err != nil {
 		return fail(err)
 	}
@@ -181,7 +181,7 @@ func (c *Cluster) startTokenAPI(ctx context.Context, dyn dynamic.Interface, inst
 	if err != nil {
 		return procRecord{}, err
 	}
-	sc, err := apiserver.GenerateServingCert(tokenAPIServiceName, []string{tokenAPIServiceName + "." + installNS + ".svc", gw}, 24*time.Hour)
+	sc, err := pki.GenerateServingCert(tokenAPIServiceName, []string{tokenAPIServiceName + "." + installNS + ".svc", gw}, 24*time.Hour)
 	if err != nil {
 		return procRecord{}, err
 	}

@@ -22,6 +22,7 @@ import (
 	uploadv1 "github.com/kubefill/kubefill-api/upload/v1beta1"
 
 	"github.com/kubefill/kubefill/pkg/apiserver"
+	"github.com/kubefill/kubefill/pkg/pki"
 	"github.com/kubefill/kubefill/pkg/token"
 	"github.com/kubefill/kubefill/tests/cluster"
 )
@@ -142,7 +143,7 @@ func testThroughAggregator(t *testing.T, e *aggEnv) {
 
 	// Serving certificate for the Service name the aggregator verifies.
 	dir := t.TempDir()
-	sc, err := apiserver.GenerateServingCert("kubefill-api", []string{svcName + "." + installNS + ".svc", n.nsAddr}, time.Hour)
+	sc, err := pki.GenerateServingCert("kubefill-api", []string{svcName + "." + installNS + ".svc", n.nsAddr}, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubefill/kubefill/pkg/apiserver"
+	"github.com/kubefill/kubefill/tests/kit"
 )
 
 // The authenticator follows its ConfigMap as it changes: a new allowed-names
@@ -31,14 +32,14 @@ func TestAPIServerFollowsAuthenticationConfigMap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca1, ca2 := newTestCA(t, "front-proxy-ca-1"), newTestCA(t, "front-proxy-ca-2")
-	proxy1, _, _ := ca1.clientCert(t, frontProxyName)
-	proxy2, _, _ := ca2.clientCert(t, frontProxyName)
+	ca1, ca2 := kit.TestCA(t, "front-proxy-ca-1"), kit.TestCA(t, "front-proxy-ca-2")
+	proxy1, _, _ := ca1.ClientCert(t, frontProxyName)
+	proxy2, _, _ := ca2.ClientCert(t, frontProxyName)
 
 	cm := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: apiserver.AuthConfigMapName},
 		Data: map[string]string{
-			"requestheader-client-ca-file":       string(ca1.certPEM),
+			"requestheader-client-ca-file":       string(ca1.CertPEM),
 			"requestheader-allowed-names":        `["front-proxy-client"]`,
 			"requestheader-username-headers":     `["X-Remote-User"]`,
 			"requestheader-group-headers":        `["X-Remote-Group"]`,
@@ -106,7 +107,7 @@ func TestAPIServerFollowsAuthenticationConfigMap(t *testing.T) {
 
 	update(func(c *corev1.ConfigMap) {
 		c.Data["requestheader-allowed-names"] = `["front-proxy-client"]`
-		c.Data["requestheader-client-ca-file"] = string(ca2.certPEM)
+		c.Data["requestheader-client-ca-file"] = string(ca2.CertPEM)
 	})
 	eventually("front-proxy CA replaced", func() bool { return authOK(proxy2) && !authOK(proxy1) })
 

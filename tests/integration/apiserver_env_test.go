@@ -2,14 +2,8 @@ package integration
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -24,60 +18,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/kubefill/kubefill/pkg/apiserver"
+	"github.com/kubefill/kubefill/pkg/pki"
 	"github.com/kubefill/kubefill/pkg/token"
+	"github.com/kubefill/kubefill/tests/kit"
 )
-
-// testPKI is a CA that signs client certificates for the tests.
-type testPKI struct {
-	cert    *x509.Certificate
-	key     *ecdsa.PrivateKey
-	certPEM []byte
-}
-
-func newTestCA(t *testing.T, cn string) *testPKI {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature, BasicConstraintsValid: true, IsCA: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return &testPKI{cert: cert, key: key, certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// clientCert issues a clientAuth certificate with CN cn and organisations orgs.
-func (p *testPKI) clientCert(t *testing.T, cn string, orgs ...string) (tls.Certificate, []byte, []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn, Organization: orgs},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.cert, &key.PublicKey, p.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, _ := x509.MarshalECPrivateKey(key)
-	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
-	pair, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pair, certPEM, keyPEM
-}
 
 func writeFile(t *testing.T, dir, name string, data []byte) string {
 	t.Helper()
@@ -95,7 +39,7 @@ type aggEnv struct {
 	env        *envtest.Environment
 	cfg        *rest.Config
 	client     client.Client
-	frontProxy *testPKI
+	frontProxy *kit.CA
 	// proxyCert is the front-proxy-client certificate kube-apiserver uses.
 	proxyCert tls.Certificate
 }
@@ -109,8 +53,8 @@ func startAggEnv(t *testing.T) *aggEnv {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	fp := newTestCA(t, "front-proxy-ca")
-	proxyPair, proxyCertPEM, proxyKeyPEM := fp.clientCert(t, frontProxyName)
+	fp := kit.TestCA(t, "front-proxy-ca")
+	proxyPair, proxyCertPEM, proxyKeyPEM := fp.ClientCert(t, frontProxyName)
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: assets,
 		CRDDirectoryPaths:     []string{filepath.Join(repoRoot(), "manifests", "crd")},
@@ -123,7 +67,7 @@ func startAggEnv(t *testing.T) *aggEnv {
 	}
 	args := env.ControlPlane.GetAPIServer().Configure()
 	args.Set("authorization-mode", "Node,RBAC")
-	args.Set("requestheader-client-ca-file", writeFile(t, dir, "front-proxy-ca.crt", fp.certPEM))
+	args.Set("requestheader-client-ca-file", writeFile(t, dir, "front-proxy-ca.crt", fp.CertPEM))
 	args.Set("requestheader-allowed-names", frontProxyName)
 	args.Set("requestheader-username-headers", "X-Remote-User")
 	args.Set("requestheader-group-headers", "X-Remote-Group")
@@ -192,7 +136,7 @@ type runningServer struct {
 func (e *aggEnv) startServer(t *testing.T, webhooks bool) *runningServer {
 	t.Helper()
 	dir := t.TempDir()
-	sc, err := apiserver.GenerateServingCert("kubefill-api", []string{"127.0.0.1", "localhost"}, time.Hour)
+	sc, err := pki.GenerateServingCert("kubefill-api", []string{"127.0.0.1", "localhost"}, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

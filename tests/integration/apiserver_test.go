@@ -21,8 +21,9 @@ import (
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 	uploadv1 "github.com/kubefill/kubefill-api/upload/v1beta1"
 
-	"github.com/kubefill/kubefill/pkg/apiserver"
+	"github.com/kubefill/kubefill/pkg/pki"
 	"github.com/kubefill/kubefill/pkg/token"
+	"github.com/kubefill/kubefill/tests/kit"
 )
 
 func grantRole(t *testing.T, e *aggEnv, ns, user string, rules ...rbacv1.PolicyRule) {
@@ -167,14 +168,14 @@ func testUploadTokens(t *testing.T, e *aggEnv) {
 	})
 
 	t.Run("a front-proxy CA certificate with a CN not allowed gets 401", func(t *testing.T) {
-		evil, _, _ := e.frontProxy.clientCert(t, "not-the-front-proxy")
+		evil, _, _ := e.frontProxy.ClientCert(t, "not-the-front-proxy")
 		if res := postToken(t, rs, &evil, as("alice"), ns, "target"); res.status != http.StatusUnauthorized {
 			t.Fatalf("status %d: %s", res.status, res.body)
 		}
 	})
 
 	t.Run("a self-made CA with the allowed CN gets 401", func(t *testing.T) {
-		forged, _, _ := newTestCA(t, "forged-ca").clientCert(t, frontProxyName)
+		forged, _, _ := kit.TestCA(t, "forged-ca").ClientCert(t, frontProxyName)
 		if res := postToken(t, rs, &forged, as("alice"), ns, "target"); res.status != http.StatusUnauthorized {
 			t.Fatalf("status %d: %s", res.status, res.body)
 		}
@@ -291,7 +292,7 @@ func testUploadTokens(t *testing.T, e *aggEnv) {
 			return conn.ConnectionState().PeerCertificates[0].SerialNumber.String()
 		}
 		before := serial()
-		sc, err := apiserver.GenerateServingCert("kubefill-api", []string{"127.0.0.1"}, time.Hour)
+		sc, err := pki.GenerateServingCert("kubefill-api", []string{"127.0.0.1"}, time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}

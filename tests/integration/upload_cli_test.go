@@ -16,6 +16,7 @@ import (
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 	"github.com/kubefill/kubefill/pkg/apiserver"
+	"github.com/kubefill/kubefill/pkg/pki"
 	"github.com/kubefill/kubefill/pkg/token"
 	"github.com/kubefill/kubefill/pkg/uploadcli"
 	"github.com/kubefill/kubefill/tests/cluster"
@@ -31,7 +32,7 @@ func serveTokenAPI(t *testing.T, e *aggEnv) string {
 	installNS := e.namespace(t, "kubefill-")
 	svcName := "kubefill-api"
 	dir := t.TempDir()
-	sc, err := apiserver.GenerateServingCert("kubefill-api", []string{svcName + "." + installNS + ".svc", n.nsAddr}, time.Hour)
+	sc, err := pki.GenerateServingCert("kubefill-api", []string{svcName + "." + installNS + ".svc", n.nsAddr}, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,8 +24,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
-	"github.com/kubefill/kubefill/pkg/apiserver"
 	"github.com/kubefill/kubefill/pkg/importer"
+	"github.com/kubefill/kubefill/pkg/pki"
 	"github.com/kubefill/kubefill/pkg/token"
 	"github.com/kubefill/kubefill/pkg/uploadproxy"
 	"github.com/kubefill/kubefill/pkg/uploadserver"
@@ -50,11 +50,11 @@ func startUploadRig(t *testing.T, ctx context.Context, restCfg *rest.Config, ns,
 
 	// PKI: the upload server's CA and serving certificate for the Service
 	// name, and the client CA that signs the proxy's certificate.
-	serverCA, err := uploadserver.NewCA("upload-server-ca", time.Hour)
+	serverCA, err := pki.NewCA("upload-server-ca", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	clientCA, err := uploadserver.NewCA("upload-proxy-client-ca", time.Hour)
+	clientCA, err := pki.NewCA("upload-proxy-client-ca", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func startUploadRig(t *testing.T, ctx context.Context, restCfg *rest.Config, ns,
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxyCert, err := apiserver.GenerateServingCert("kubefill-uploadproxy", []string{"127.0.0.1"}, time.Hour)
+	proxyCert, err := pki.GenerateServingCert("kubefill-uploadproxy", []string{"127.0.0.1"}, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
