@@ -13,8 +13,9 @@ import (
 // and SnapshotClassFor are the entry points of the clone planner (pkg/clone)
 // as much as of the StorageProfile reconciler: both read them the same way.
 
-// AnnDefaultSnapshotClass marks the default VolumeSnapshotClass of a driver.
-const AnnDefaultSnapshotClass = "snapshot.storage.k8s.io/is-default-class"
+// AnnDefaultSnapshotClass marks the default VolumeSnapshotClass of a driver,
+// spelt as the snapshot-controller and CDI read it.
+const AnnDefaultSnapshotClass = "snapshot.storage.kubernetes.io/is-default-class"
 
 // ParseCloneStrategy reads a clone strategy as the StorageClass annotation
 // and the API spell it; ok is false for anything else.

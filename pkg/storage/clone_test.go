@@ -124,6 +124,19 @@ func ptrStrategy(p *cdiv1.CDICloneStrategy) string {
 	return string(*p)
 }
 
+// TestSnapshotClassForReadsTheSnapshotControllersAnnotation pins the
+// annotation's spelling: the API group snapshot.storage.k8s.io is not it.
+func TestSnapshotClassForReadsTheSnapshotControllersAnnotation(t *testing.T) {
+	classes := []snapshotv1.VolumeSnapshotClass{
+		vsc("a-plain", LocalTestDriver, false),
+		{ObjectMeta: metav1.ObjectMeta{Name: "b-group-spelling", Annotations: map[string]string{"snapshot.storage.k8s.io/is-default-class": "true"}}, Driver: LocalTestDriver},
+		{ObjectMeta: metav1.ObjectMeta{Name: "c-default", Annotations: map[string]string{"snapshot.storage.kubernetes.io/is-default-class": "true"}}, Driver: LocalTestDriver},
+	}
+	if got, _ := SnapshotClassFor(LocalTestDriver, nil, classes); got != "c-default" {
+		t.Errorf("got %q, want the class annotated snapshot.storage.kubernetes.io/is-default-class", got)
+	}
+}
+
 func TestDataImportCronSourceFormatFor(t *testing.T) {
 	pvc, snap := cdiv1.DataImportCronSourceFormatPvc, cdiv1.DataImportCronSourceFormatSnapshot
 	tests := []struct {
