@@ -8,11 +8,12 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/kubefill/kubefill/pkg/contract"
 	"github.com/kubefill/kubefill/pkg/importer"
 )
 
 // newImporterCommand runs one import job inside an importer pod. The job
-// comes from CDI's importer environment variables (see package importer);
+// comes from CDI's importer environment variables (see package contract);
 // the flags only override where things are.
 func newImporterCommand() *cobra.Command {
 	p := importer.DefaultPaths()
@@ -31,7 +32,7 @@ func newImporterCommand() *cobra.Command {
 			cfg, err := importer.ConfigFromEnv(os.Getenv, os.Environ())
 			if err != nil {
 				text, permanent := err.Error(), true // a bad job description stays bad
-				_ = importer.WriteTerminationMessage(p.TerminationLog, importer.TerminationMessage{Outcome: importer.OutcomeFailed, Message: &text, Permanent: &permanent})
+				_ = contract.WriteTermination(p.TerminationLog, contract.TerminationMessage{Outcome: contract.OutcomeFailed, Message: &text, Permanent: &permanent})
 				return err
 			}
 			ctx, stop := importer.SignalContext(context.Background())

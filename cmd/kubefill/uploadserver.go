@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -11,13 +12,14 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/kubefill/kubefill/pkg/contract"
 	"github.com/kubefill/kubefill/pkg/importer"
 	"github.com/kubefill/kubefill/pkg/uploadserver"
 )
 
 // newUploadServerCommand runs the upload server inside an upload pod.
 func newUploadServerCommand() *cobra.Command {
-	cfg := uploadserver.Config{Addr: ":8443", Paths: importer.DefaultPaths(), FilesystemOverhead: importer.DefaultFilesystemOverhad}
+	cfg := uploadserver.Config{Addr: ":" + strconv.Itoa(contract.UploadServerPort), Paths: importer.DefaultPaths(), FilesystemOverhead: contract.DefaultFilesystemOverhead}
 	var verbose bool
 	var imageSize string
 	cmd := &cobra.Command{
@@ -44,7 +46,7 @@ func newUploadServerCommand() *cobra.Command {
 			srv, err := uploadserver.New(cfg, log.WithName("uploadserver"))
 			if err != nil {
 				text, permanent := err.Error(), true
-				_ = importer.WriteTerminationMessage(cfg.Paths.TerminationLog, importer.TerminationMessage{Outcome: importer.OutcomeFailed, Message: &text, Permanent: &permanent})
+				_ = contract.WriteTermination(cfg.Paths.TerminationLog, contract.TerminationMessage{Outcome: contract.OutcomeFailed, Message: &text, Permanent: &permanent})
 				return err
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)

@@ -3,8 +3,11 @@
 // importer pod does, runs the data path, serves progress metrics over TLS
 // and writes a JSON termination message.
 //
-// Environment variables (names mirror CDI's importer pod so a controller
-// can set them the same way):
+// The environment variables, paths, metrics port and termination message
+// are the worker contract, defined in pkg/contract (contract.Env*,
+// contract.Source*, contract.TerminationMessage) so that the controller
+// sets them without importing this package. Their names mirror CDI's
+// importer pod:
 //
 //	IMPORTER_SOURCE         http | s3 | registry | none (blank); default http
 //	IMPORTER_ENDPOINT       the URL: http(s)://..., s3://bucket/key or an
@@ -42,47 +45,8 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
-)
 
-// Environment variable names.
-const (
-	EnvSource                = "IMPORTER_SOURCE"
-	EnvEndpoint              = "IMPORTER_ENDPOINT"
-	EnvContentType           = "IMPORTER_CONTENTTYPE"
-	EnvImageSize             = "IMPORTER_IMAGE_SIZE"
-	EnvAccessKeyID           = "IMPORTER_ACCESS_KEY_ID"
-	EnvSecretKey             = "IMPORTER_SECRET_KEY"
-	EnvCertDir               = "IMPORTER_CERT_DIR"
-	EnvInsecureTLS           = "INSECURE_TLS"
-	EnvProxyCertDir          = "IMPORTER_PROXY_CERT_DIR"
-	EnvHTTPProxy             = "http_proxy"
-	EnvHTTPSProxy            = "https_proxy"
-	EnvNoProxy               = "no_proxy"
-	EnvExtraHeaderPrefix     = "IMPORTER_EXTRA_HEADER_"
-	EnvSecretExtraHeadersDir = "IMPORTER_SECRET_EXTRA_HEADERS_DIR"
-	EnvChecksum              = "IMPORTER_CHECKSUM"
-	EnvRegistryArchitecture  = "IMPORTER_REGISTRY_IMAGE_ARCHITECTURE"
-	EnvFilesystemOverhead    = "FILESYSTEM_OVERHEAD"
-	EnvPreallocation         = "PREALLOCATION"
-	EnvOwnerUID              = "OWNER_UID"
-)
-
-// Source kinds (IMPORTER_SOURCE values, as in CDI).
-const (
-	SourceHTTP     = "http"
-	SourceS3       = "s3"
-	SourceRegistry = "registry"
-	SourceNone     = "none"
-)
-
-// Default paths inside the importer pod, as in CDI.
-const (
-	DefaultDataPath          = "/data/disk.img"
-	DefaultBlockPath         = "/dev/cdi-block-volume"
-	DefaultScratchDir        = "/scratch"
-	DefaultTerminationLog    = "/dev/termination-log"
-	DefaultSecretHeadersDir  = "/extraheaders"
-	DefaultFilesystemOverhad = 0.06
+	"github.com/kubefill/kubefill/pkg/contract"
 )
 
 // Config is one import job.
@@ -114,66 +78,66 @@ type Config struct {
 // with environ listing all variables (for the numbered extra headers).
 func ConfigFromEnv(getenv func(string) string, environ []string) (*Config, error) {
 	c := &Config{
-		Source:           strings.ToLower(getenv(EnvSource)),
-		Endpoint:         getenv(EnvEndpoint),
-		ContentType:      strings.ToLower(getenv(EnvContentType)),
-		AccessKeyID:      getenv(EnvAccessKeyID),
-		SecretKey:        getenv(EnvSecretKey),
-		CertDir:          getenv(EnvCertDir),
-		ProxyCertDir:     getenv(EnvProxyCertDir),
-		HTTPProxy:        first(getenv(EnvHTTPProxy), getenv(strings.ToUpper(EnvHTTPProxy))),
-		HTTPSProxy:       first(getenv(EnvHTTPSProxy), getenv(strings.ToUpper(EnvHTTPSProxy))),
-		NoProxy:          first(getenv(EnvNoProxy), getenv(strings.ToUpper(EnvNoProxy))),
-		SecretHeadersDir: getenv(EnvSecretExtraHeadersDir),
-		Checksum:         getenv(EnvChecksum),
-		RegistryArch:     getenv(EnvRegistryArchitecture),
-		OwnerUID:         getenv(EnvOwnerUID),
+		Source:           strings.ToLower(getenv(contract.EnvSource)),
+		Endpoint:         getenv(contract.EnvEndpoint),
+		ContentType:      strings.ToLower(getenv(contract.EnvContentType)),
+		AccessKeyID:      getenv(contract.EnvAccessKeyID),
+		SecretKey:        getenv(contract.EnvSecretKey),
+		CertDir:          getenv(contract.EnvCertDir),
+		ProxyCertDir:     getenv(contract.EnvProxyCertDir),
+		HTTPProxy:        first(getenv(contract.EnvHTTPProxy), getenv(strings.ToUpper(contract.EnvHTTPProxy))),
+		HTTPSProxy:       first(getenv(contract.EnvHTTPSProxy), getenv(strings.ToUpper(contract.EnvHTTPSProxy))),
+		NoProxy:          first(getenv(contract.EnvNoProxy), getenv(strings.ToUpper(contract.EnvNoProxy))),
+		SecretHeadersDir: getenv(contract.EnvSecretExtraHeadersDir),
+		Checksum:         getenv(contract.EnvChecksum),
+		RegistryArch:     getenv(contract.EnvRegistryArchitecture),
+		OwnerUID:         getenv(contract.EnvOwnerUID),
 	}
 	if c.Source == "" {
-		c.Source = SourceHTTP
+		c.Source = contract.SourceHTTP
 	}
 	switch c.Source {
-	case SourceHTTP, SourceS3, SourceRegistry, SourceNone:
+	case contract.SourceHTTP, contract.SourceS3, contract.SourceRegistry, contract.SourceNone:
 	default:
-		return nil, fmt.Errorf("%s=%q is not supported (use http, s3, registry or none)", EnvSource, c.Source)
+		return nil, fmt.Errorf("%s=%q is not supported (use http, s3, registry or none)", contract.EnvSource, c.Source)
 	}
 	if c.ContentType == "" {
 		c.ContentType = "kubevirt"
 	}
 	if c.ContentType != "kubevirt" && c.ContentType != "archive" {
-		return nil, fmt.Errorf("%s=%q is not supported (use kubevirt or archive)", EnvContentType, c.ContentType)
+		return nil, fmt.Errorf("%s=%q is not supported (use kubevirt or archive)", contract.EnvContentType, c.ContentType)
 	}
-	if c.Source != SourceNone && c.Endpoint == "" {
-		return nil, fmt.Errorf("%s is required for source %s", EnvEndpoint, c.Source)
+	if c.Source != contract.SourceNone && c.Endpoint == "" {
+		return nil, fmt.Errorf("%s is required for source %s", contract.EnvEndpoint, c.Source)
 	}
-	if s := getenv(EnvImageSize); s != "" {
+	if s := getenv(contract.EnvImageSize); s != "" {
 		q, err := resource.ParseQuantity(s)
 		if err != nil {
-			return nil, fmt.Errorf("%s=%q: %w", EnvImageSize, s, err)
+			return nil, fmt.Errorf("%s=%q: %w", contract.EnvImageSize, s, err)
 		}
 		c.ImageSize = q.Value()
 		if c.ImageSize < 0 {
-			return nil, fmt.Errorf("%s=%q is negative", EnvImageSize, s)
+			return nil, fmt.Errorf("%s=%q is negative", contract.EnvImageSize, s)
 		}
 	}
 	var err error
-	if c.InsecureTLS, err = parseBool(getenv, EnvInsecureTLS); err != nil {
+	if c.InsecureTLS, err = parseBool(getenv, contract.EnvInsecureTLS); err != nil {
 		return nil, err
 	}
-	if c.Preallocation, err = parseBool(getenv, EnvPreallocation); err != nil {
+	if c.Preallocation, err = parseBool(getenv, contract.EnvPreallocation); err != nil {
 		return nil, err
 	}
-	c.FilesystemOverhead = DefaultFilesystemOverhad
-	if s := getenv(EnvFilesystemOverhead); s != "" {
+	c.FilesystemOverhead = contract.DefaultFilesystemOverhead
+	if s := getenv(contract.EnvFilesystemOverhead); s != "" {
 		f, err := strconv.ParseFloat(s, 64)
 		if err != nil || f < 0 || f >= 1 || math.IsNaN(f) {
-			return nil, fmt.Errorf("%s=%q must be a fraction in [0, 1)", EnvFilesystemOverhead, s)
+			return nil, fmt.Errorf("%s=%q must be a fraction in [0, 1)", contract.EnvFilesystemOverhead, s)
 		}
 		c.FilesystemOverhead = f
 	}
 	var names []string
 	for _, kv := range environ {
-		if k, v, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(k, EnvExtraHeaderPrefix) {
+		if k, v, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(k, contract.EnvExtraHeaderPrefix) {
 			names = append(names, k)
 			_ = v
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/go-logr/logr/testr"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kubefill/kubefill/pkg/contract"
 	"github.com/kubefill/kubefill/pkg/datapath/testimg"
 )
 
@@ -38,30 +39,30 @@ func TestConfigFromEnv(t *testing.T) {
 		wantErr string
 		check   func(t *testing.T, c *Config)
 	}{
-		{name: "defaults", env: map[string]string{EnvEndpoint: "http://x/disk.img"}, check: func(t *testing.T, c *Config) {
-			if c.Source != SourceHTTP || c.ContentType != "kubevirt" || c.FilesystemOverhead != 0.06 || c.ImageSize != 0 || c.Preallocation {
+		{name: "defaults", env: map[string]string{contract.EnvEndpoint: "http://x/disk.img"}, check: func(t *testing.T, c *Config) {
+			if c.Source != contract.SourceHTTP || c.ContentType != "kubevirt" || c.FilesystemOverhead != 0.06 || c.ImageSize != 0 || c.Preallocation {
 				t.Fatalf("%+v", c)
 			}
 		}},
 		{name: "full", env: map[string]string{
-			EnvSource: "S3", EnvEndpoint: "s3://b/k", EnvContentType: "archive", EnvImageSize: "10Gi",
-			EnvFilesystemOverhead: "0.1", EnvPreallocation: "true", EnvInsecureTLS: "true", EnvOwnerUID: "uid",
-			EnvChecksum: "sha256:00", EnvExtraHeaderPrefix + "1": "B: 2", EnvExtraHeaderPrefix + "0": "A: 1",
-			"HTTPS_PROXY": "http://proxy:3128", EnvNoProxy: ".local",
+			contract.EnvSource: "S3", contract.EnvEndpoint: "s3://b/k", contract.EnvContentType: "archive", contract.EnvImageSize: "10Gi",
+			contract.EnvFilesystemOverhead: "0.1", contract.EnvPreallocation: "true", contract.EnvInsecureTLS: "true", contract.EnvOwnerUID: "uid",
+			contract.EnvChecksum: "sha256:00", contract.EnvExtraHeaderPrefix + "1": "B: 2", contract.EnvExtraHeaderPrefix + "0": "A: 1",
+			"HTTPS_PROXY": "http://proxy:3128", contract.EnvNoProxy: ".local",
 		}, check: func(t *testing.T, c *Config) {
-			if c.Source != SourceS3 || c.ContentType != "archive" || c.ImageSize != 10<<30 || c.FilesystemOverhead != 0.1 ||
+			if c.Source != contract.SourceS3 || c.ContentType != "archive" || c.ImageSize != 10<<30 || c.FilesystemOverhead != 0.1 ||
 				!c.Preallocation || !c.InsecureTLS || c.OwnerUID != "uid" || c.Checksum != "sha256:00" ||
 				strings.Join(c.ExtraHeaders, ",") != "A: 1,B: 2" || c.HTTPSProxy != "http://proxy:3128" || c.NoProxy != ".local" {
 				t.Fatalf("%+v", c)
 			}
 		}},
-		{name: "blank needs no endpoint", env: map[string]string{EnvSource: "none", EnvImageSize: "1G"}},
-		{name: "missing endpoint", env: map[string]string{}, wantErr: EnvEndpoint},
-		{name: "bad source", env: map[string]string{EnvSource: "vddk", EnvEndpoint: "x"}, wantErr: "not supported"},
-		{name: "bad content type", env: map[string]string{EnvEndpoint: "x", EnvContentType: "iso"}, wantErr: EnvContentType},
-		{name: "bad size", env: map[string]string{EnvEndpoint: "x", EnvImageSize: "ten"}, wantErr: EnvImageSize},
-		{name: "bad overhead", env: map[string]string{EnvEndpoint: "x", EnvFilesystemOverhead: "1.5"}, wantErr: EnvFilesystemOverhead},
-		{name: "bad bool", env: map[string]string{EnvEndpoint: "x", EnvPreallocation: "maybe"}, wantErr: EnvPreallocation},
+		{name: "blank needs no endpoint", env: map[string]string{contract.EnvSource: "none", contract.EnvImageSize: "1G"}},
+		{name: "missing endpoint", env: map[string]string{}, wantErr: contract.EnvEndpoint},
+		{name: "bad source", env: map[string]string{contract.EnvSource: "vddk", contract.EnvEndpoint: "x"}, wantErr: "not supported"},
+		{name: "bad content type", env: map[string]string{contract.EnvEndpoint: "x", contract.EnvContentType: "iso"}, wantErr: contract.EnvContentType},
+		{name: "bad size", env: map[string]string{contract.EnvEndpoint: "x", contract.EnvImageSize: "ten"}, wantErr: contract.EnvImageSize},
+		{name: "bad overhead", env: map[string]string{contract.EnvEndpoint: "x", contract.EnvFilesystemOverhead: "1.5"}, wantErr: contract.EnvFilesystemOverhead},
+		{name: "bad bool", env: map[string]string{contract.EnvEndpoint: "x", contract.EnvPreallocation: "maybe"}, wantErr: contract.EnvPreallocation},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -119,26 +120,14 @@ func TestParseHeaders(t *testing.T) {
 
 func TestChooseDestination(t *testing.T) {
 	p := DefaultPaths()
-	if d := ChooseDestination(p, os.ModeDevice, true); !d.Block || d.Path != DefaultBlockPath {
+	if d := ChooseDestination(p, os.ModeDevice, true); !d.Block || d.Path != contract.BlockPath {
 		t.Fatal(d)
 	}
-	if d := ChooseDestination(p, 0, true); d.Block || d.Path != DefaultDataPath {
+	if d := ChooseDestination(p, 0, true); d.Block || d.Path != contract.DataPath {
 		t.Fatal(d)
 	}
 	if d := ChooseDestination(p, 0, false); d.Block {
 		t.Fatal(d)
-	}
-}
-
-func TestTerminationMessageEncode(t *testing.T) {
-	long := strings.Repeat("x", 10000)
-	b, err := TerminationMessage{Outcome: OutcomeFailed, Message: &long}.Encode()
-	if err != nil || len(b) > 4096 {
-		t.Fatalf("len %d err %v", len(b), err)
-	}
-	var m TerminationMessage
-	if err := json.Unmarshal(b, &m); err != nil || m.Outcome != OutcomeFailed || !strings.HasSuffix(*m.Message, "...") {
-		t.Fatalf("%s", b)
 	}
 }
 
@@ -177,7 +166,7 @@ func TestMetricsOverTLS(t *testing.T) {
 	}
 }
 
-func runJob(t *testing.T, vars map[string]string, p Paths) (TerminationMessage, error) {
+func runJob(t *testing.T, vars map[string]string, p Paths) (contract.TerminationMessage, error) {
 	t.Helper()
 	get, list := env(vars)
 	cfg, err := ConfigFromEnv(get, list)
@@ -189,7 +178,7 @@ func runJob(t *testing.T, vars map[string]string, p Paths) (TerminationMessage, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	var m TerminationMessage
+	var m contract.TerminationMessage
 	if err := json.Unmarshal(b, &m); err != nil {
 		t.Fatalf("termination message %q: %v", b, err)
 	}
@@ -215,8 +204,8 @@ func TestRunEndToEnd(t *testing.T) {
 
 	// qcow2 over HTTP with a secret header, resized to 64Mi minus overhead.
 	p := paths()
-	m, err := runJob(t, map[string]string{EnvEndpoint: srv.FileURL("disk.qcow2"), EnvImageSize: "64Mi", EnvSecretExtraHeadersDir: hdrDir, EnvOwnerUID: "u1"}, p)
-	if err != nil || m.Outcome != OutcomeSucceeded || *m.Message != MessageImportComplete || m.PreallocationApplied == nil || *m.PreallocationApplied {
+	m, err := runJob(t, map[string]string{contract.EnvEndpoint: srv.FileURL("disk.qcow2"), contract.EnvImageSize: "64Mi", contract.EnvSecretExtraHeadersDir: hdrDir, contract.EnvOwnerUID: "u1"}, p)
+	if err != nil || m.Outcome != contract.OutcomeSucceeded || *m.Message != contract.MessageImportComplete || m.PreallocationApplied == nil || *m.PreallocationApplied {
 		t.Fatalf("qcow2 import: %v %+v", err, m)
 	}
 	st, _ := os.Stat(p.DataPath)
@@ -230,34 +219,34 @@ func TestRunEndToEnd(t *testing.T) {
 
 	// vmdk without a scratch volume: scratchSpaceRequired, failure.
 	p = paths()
-	m, err = runJob(t, map[string]string{EnvEndpoint: srv.FileURL("disk.vmdk"), EnvImageSize: "64Mi", EnvSecretExtraHeadersDir: hdrDir}, p)
-	if err == nil || m.Outcome != OutcomeFailed || m.ScratchSpaceRequired == nil || !*m.ScratchSpaceRequired || m.Permanent != nil {
+	m, err = runJob(t, map[string]string{contract.EnvEndpoint: srv.FileURL("disk.vmdk"), contract.EnvImageSize: "64Mi", contract.EnvSecretExtraHeadersDir: hdrDir}, p)
+	if err == nil || m.Outcome != contract.OutcomeFailed || m.ScratchSpaceRequired == nil || !*m.ScratchSpaceRequired || m.Permanent != nil {
 		t.Fatalf("vmdk without scratch: %v %+v", err, m)
 	}
 	// ... and with one it works.
 	os.Mkdir(p.ScratchDir, 0o755)
-	m, err = runJob(t, map[string]string{EnvEndpoint: srv.FileURL("disk.vmdk"), EnvImageSize: "64Mi", EnvSecretExtraHeadersDir: hdrDir, EnvPreallocation: "true"}, p)
-	if err != nil || m.Outcome != OutcomeSucceeded || !*m.PreallocationApplied {
+	m, err = runJob(t, map[string]string{contract.EnvEndpoint: srv.FileURL("disk.vmdk"), contract.EnvImageSize: "64Mi", contract.EnvSecretExtraHeadersDir: hdrDir, contract.EnvPreallocation: "true"}, p)
+	if err != nil || m.Outcome != contract.OutcomeSucceeded || !*m.PreallocationApplied {
 		t.Fatalf("vmdk with scratch: %v %+v", err, m)
 	}
 
 	// Too big: fails early with a clear message and no success marker.
 	p = paths()
-	m, err = runJob(t, map[string]string{EnvEndpoint: srv.FileURL("disk.qcow2"), EnvImageSize: "4Mi", EnvSecretExtraHeadersDir: hdrDir}, p)
-	if err == nil || m.Outcome != OutcomeFailed || !strings.Contains(*m.Message, "larger than the target") || m.Permanent == nil || !*m.Permanent {
+	m, err = runJob(t, map[string]string{contract.EnvEndpoint: srv.FileURL("disk.qcow2"), contract.EnvImageSize: "4Mi", contract.EnvSecretExtraHeadersDir: hdrDir}, p)
+	if err == nil || m.Outcome != contract.OutcomeFailed || !strings.Contains(*m.Message, "larger than the target") || m.Permanent == nil || !*m.Permanent {
 		t.Fatalf("too big: %v %+v", err, m)
 	}
 	// Without the secret header the server refuses; the secret is not in the message.
 	p = paths()
-	m, err = runJob(t, map[string]string{EnvEndpoint: srv.FileURL("disk.qcow2"), EnvImageSize: "64Mi", EnvSecretExtraHeadersDir: t.TempDir(), EnvAccessKeyID: "user", EnvSecretKey: "pa55word"}, p)
-	if err == nil || m.Outcome != OutcomeFailed || !strings.Contains(*m.Message, "403") || strings.Contains(*m.Message, "pa55word") || m.Permanent == nil || !*m.Permanent {
+	m, err = runJob(t, map[string]string{contract.EnvEndpoint: srv.FileURL("disk.qcow2"), contract.EnvImageSize: "64Mi", contract.EnvSecretExtraHeadersDir: t.TempDir(), contract.EnvAccessKeyID: "user", contract.EnvSecretKey: "pa55word"}, p)
+	if err == nil || m.Outcome != contract.OutcomeFailed || !strings.Contains(*m.Message, "403") || strings.Contains(*m.Message, "pa55word") || m.Permanent == nil || !*m.Permanent {
 		t.Fatalf("forbidden: %v %+v", err, m)
 	}
 
 	// Blank.
 	p = paths()
-	m, err = runJob(t, map[string]string{EnvSource: SourceNone, EnvImageSize: "1Gi"}, p)
-	if err != nil || m.Outcome != OutcomeSucceeded {
+	m, err = runJob(t, map[string]string{contract.EnvSource: contract.SourceNone, contract.EnvImageSize: "1Gi"}, p)
+	if err != nil || m.Outcome != contract.OutcomeSucceeded {
 		t.Fatalf("blank: %v %+v", err, m)
 	}
 	if st, _ := os.Stat(p.DataPath); st.Size() != UsableSize(1<<30, 0, 0.06) {
@@ -299,8 +288,8 @@ func TestRunServesProgress(t *testing.T) {
 			seen <- vals
 		}()
 	}
-	m, err := runJob(t, map[string]string{EnvEndpoint: srv.FileURL("disk.qcow2"), EnvImageSize: "64Mi", EnvOwnerUID: "owner-7"}, p)
-	if err != nil || m.Outcome != OutcomeSucceeded {
+	m, err := runJob(t, map[string]string{contract.EnvEndpoint: srv.FileURL("disk.qcow2"), contract.EnvImageSize: "64Mi", contract.EnvOwnerUID: "owner-7"}, p)
+	if err != nil || m.Outcome != contract.OutcomeSucceeded {
 		t.Fatalf("%v %+v", err, m)
 	}
 	vals := <-seen
@@ -342,7 +331,7 @@ func TestRunStopsOnSIGTERM(t *testing.T) {
 	vol := t.TempDir()
 	p := Paths{DataPath: filepath.Join(vol, "disk.img"), BlockPath: filepath.Join(vol, "none"), ScratchDir: filepath.Join(vol, "none"),
 		TerminationLog: filepath.Join(vol, "termination-log")}
-	get, list := env(map[string]string{EnvEndpoint: srv.URL + "/disk.img", EnvImageSize: "128Mi"})
+	get, list := env(map[string]string{contract.EnvEndpoint: srv.URL + "/disk.img", contract.EnvImageSize: "128Mi"})
 	cfg, err := ConfigFromEnv(get, list)
 	if err != nil {
 		t.Fatal(err)
@@ -384,11 +373,11 @@ func TestRunStopsOnSIGTERM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var m TerminationMessage
+	var m contract.TerminationMessage
 	if err := json.Unmarshal(b, &m); err != nil {
 		t.Fatalf("termination message %q: %v", b, err)
 	}
-	if m.Outcome != OutcomeFailed || m.Message == nil || !strings.Contains(*m.Message, "interrupted") ||
+	if m.Outcome != contract.OutcomeFailed || m.Message == nil || !strings.Contains(*m.Message, "interrupted") ||
 		!strings.Contains(*m.Message, "terminated") || m.Permanent != nil || m.ScratchSpaceRequired != nil {
 		t.Errorf("termination message %s", b)
 	}

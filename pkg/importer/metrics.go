@@ -18,10 +18,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-)
 
-// ProgressMetricName is CDI's import progress metric (a percentage).
-const ProgressMetricName = "kubevirt_cdi_import_progress_total"
+	"github.com/kubefill/kubefill/pkg/contract"
+)
 
 // Progress publishes import progress as CDI does: a counter labelled with
 // the owner's UID whose value is the percentage done.
@@ -35,7 +34,7 @@ type Progress struct {
 // NewProgress registers the progress counter on reg.
 func NewProgress(reg prometheus.Registerer, ownerUID string) (*Progress, error) {
 	vec := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: ProgressMetricName,
+		Name: contract.ImportProgressMetric,
 		Help: "The import progress in percentage",
 	}, []string{"ownerUID"})
 	if err := reg.Register(vec); err != nil {

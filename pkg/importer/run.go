@@ -8,6 +8,7 @@ import (
 	"net/textproto"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kubefill/kubefill/pkg/contract"
 	"github.com/kubefill/kubefill/pkg/datapath"
 	"github.com/kubefill/kubefill/pkg/datapath/source"
 )
@@ -32,14 +34,14 @@ type Paths struct {
 	OnMetrics func(addr string)
 }
 
-// DefaultPaths returns CDI's paths and port 8443 for metrics.
+// DefaultPaths returns CDI's paths and contract.MetricsPort for metrics.
 func DefaultPaths() Paths {
 	return Paths{
-		DataPath:       DefaultDataPath,
-		BlockPath:      DefaultBlockPath,
-		ScratchDir:     DefaultScratchDir,
-		TerminationLog: DefaultTerminationLog,
-		MetricsAddr:    ":8443",
+		DataPath:       contract.DataPath,
+		BlockPath:      contract.BlockPath,
+		ScratchDir:     contract.ScratchDir,
+		TerminationLog: contract.TerminationLog,
+		MetricsAddr:    ":" + strconv.Itoa(contract.MetricsPort),
 	}
 }
 
@@ -110,10 +112,10 @@ func Run(ctx context.Context, cfg *Config, p Paths, log logr.Logger) error {
 		// was running. Never permanent: the same import may be run again.
 		runErr = &InterruptedError{Cause: context.Cause(ctx), Err: runErr}
 	}
-	msg := TerminationMessage{Outcome: OutcomeSucceeded}
+	msg := contract.TerminationMessage{Outcome: contract.OutcomeSucceeded}
 	if runErr != nil {
 		text := runErr.Error()
-		msg = TerminationMessage{Outcome: OutcomeFailed, Message: &text}
+		msg = contract.TerminationMessage{Outcome: contract.OutcomeFailed, Message: &text}
 		var interrupted *InterruptedError
 		stopped := errors.As(runErr, &interrupted)
 		if Permanent(runErr) && !stopped {
@@ -127,7 +129,7 @@ func Run(ctx context.Context, cfg *Config, p Paths, log logr.Logger) error {
 		log.Error(runErr, "import failed")
 	} else {
 		progress.Set(100)
-		text := MessageImportComplete
+		text := contract.MessageImportComplete
 		prealloc := res.PreallocationApplied
 		msg.Message, msg.PreallocationApplied = &text, &prealloc
 		log.Info("import complete", "format", res.Format, "wrappers", res.Wrappers, "method", res.Method,
@@ -135,7 +137,7 @@ func Run(ctx context.Context, cfg *Config, p Paths, log logr.Logger) error {
 			"seconds", time.Since(start).Seconds(), "fsyncSeconds", res.SyncTime.Seconds())
 	}
 	if p.TerminationLog != "" {
-		if err := WriteTerminationMessage(p.TerminationLog, msg); err != nil {
+		if err := contract.WriteTermination(p.TerminationLog, msg); err != nil {
 			log.Error(err, "cannot write termination message")
 			if runErr == nil {
 				return err
@@ -169,7 +171,7 @@ func runImport(ctx context.Context, cfg *Config, p Paths, log logr.Logger, progr
 	}
 	log.Info("starting import", "source", cfg.Source, "contentType", cfg.ContentType, "destination", opt.Path,
 		"block", opt.Block, "usableSize", opt.Size, "preallocation", opt.Preallocate, "scratch", opt.ScratchDir)
-	if cfg.Source == SourceNone {
+	if cfg.Source == contract.SourceNone {
 		if opt.ContentType == datapath.ContentArchive {
 			return nil, errors.New("a blank image cannot have content type archive")
 		}
@@ -188,11 +190,11 @@ func buildSource(cfg *Config) (source.Source, error) {
 		return nil, err
 	}
 	switch cfg.Source {
-	case SourceHTTP:
+	case contract.SourceHTTP:
 		lines := append([]string(nil), cfg.ExtraHeaders...)
 		dir := cfg.SecretHeadersDir
 		if dir == "" {
-			dir = DefaultSecretHeadersDir
+			dir = contract.SecretHeadersDir
 		}
 		secret, err := ReadHeaderDir(dir)
 		if err != nil {
@@ -211,9 +213,9 @@ func buildSource(cfg *Config) (source.Source, error) {
 			Username: cfg.AccessKeyID, Password: cfg.SecretKey, Header: hdr,
 			HTTPProxy: cfg.HTTPProxy, HTTPSProxy: cfg.HTTPSProxy, NoProxy: cfg.NoProxy, ProxyCAPEM: proxyCA,
 		})
-	case SourceS3:
+	case contract.SourceS3:
 		return source.NewS3(source.S3Config{URL: cfg.Endpoint, AccessKey: cfg.AccessKeyID, SecretKey: cfg.SecretKey, CAPEM: ca, InsecureSkipVerify: cfg.InsecureTLS})
-	case SourceRegistry:
+	case contract.SourceRegistry:
 		return source.NewRegistry(source.RegistryConfig{URL: cfg.Endpoint, Username: cfg.AccessKeyID, Password: cfg.SecretKey, CAPEM: ca, InsecureSkipVerify: cfg.InsecureTLS, Architecture: cfg.RegistryArch})
 	}
 	return nil, fmt.Errorf("unsupported source %q", cfg.Source)

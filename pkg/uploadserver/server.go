@@ -41,6 +41,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/kubefill/kubefill/pkg/contract"
 	"github.com/kubefill/kubefill/pkg/datapath"
 	"github.com/kubefill/kubefill/pkg/datapath/source"
 	"github.com/kubefill/kubefill/pkg/importer"
@@ -205,7 +206,7 @@ func (s *Server) Run(ctx context.Context) error {
 		_ = srv.Shutdown(sctx)
 		err = fmt.Errorf("the upload was received but could not be written: %w", err)
 		text := err.Error()
-		_ = s.writeTermination(importer.TerminationMessage{Outcome: importer.OutcomeFailed, Message: &text})
+		_ = s.writeTermination(contract.TerminationMessage{Outcome: contract.OutcomeFailed, Message: &text})
 		return err
 	case err := <-errc:
 		return s.fail(fmt.Errorf("serving: %w", err))
@@ -221,7 +222,7 @@ func (s *Server) Run(ctx context.Context) error {
 	_ = srv.Shutdown(sctx)
 	text := MessageUploadComplete
 	prealloc := s.result.PreallocationApplied
-	return s.writeTermination(importer.TerminationMessage{Outcome: importer.OutcomeSucceeded, Message: &text, PreallocationApplied: &prealloc})
+	return s.writeTermination(contract.TerminationMessage{Outcome: contract.OutcomeSucceeded, Message: &text, PreallocationApplied: &prealloc})
 }
 
 // MessageUploadComplete is the termination message text of a successful upload.
@@ -229,15 +230,15 @@ const MessageUploadComplete = "Upload Complete"
 
 func (s *Server) fail(err error) error {
 	text, permanent := err.Error(), true
-	_ = s.writeTermination(importer.TerminationMessage{Outcome: importer.OutcomeFailed, Message: &text, Permanent: &permanent})
+	_ = s.writeTermination(contract.TerminationMessage{Outcome: contract.OutcomeFailed, Message: &text, Permanent: &permanent})
 	return err
 }
 
-func (s *Server) writeTermination(m importer.TerminationMessage) error {
+func (s *Server) writeTermination(m contract.TerminationMessage) error {
 	if s.cfg.Paths.TerminationLog == "" {
 		return nil
 	}
-	return importer.WriteTerminationMessage(s.cfg.Paths.TerminationLog, m)
+	return contract.WriteTermination(s.cfg.Paths.TerminationLog, m)
 }
 
 // Done is closed once an upload has succeeded.

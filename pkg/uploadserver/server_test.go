@@ -23,35 +23,37 @@ import (
 
 	"github.com/go-logr/logr/testr"
 
+	"github.com/kubefill/kubefill/pkg/contract"
 	"github.com/kubefill/kubefill/pkg/datapath"
 	"github.com/kubefill/kubefill/pkg/datapath/qcow2"
 	"github.com/kubefill/kubefill/pkg/datapath/testimg"
 	"github.com/kubefill/kubefill/pkg/importer"
+	"github.com/kubefill/kubefill/pkg/pki"
 )
 
 const imgSize = 8 << 20
 
-// pki is a server CA, a serving certificate for 127.0.0.1, the proxy's
+// certSet is a server CA, a serving certificate for 127.0.0.1, the proxy's
 // client CA with a client certificate, and a stranger's client certificate.
-type pki struct {
+type certSet struct {
 	dir                    string
-	serverCA               *CA
+	serverCA               *pki.CA
 	proxyClient, stranger  tls.Certificate
 	certFile, keyFile, cas string
 }
 
-func newPKI(t *testing.T) *pki {
+func newPKI(t *testing.T) *certSet {
 	t.Helper()
 	dir := t.TempDir()
-	serverCA, err := NewCA("upload-server-ca", time.Hour)
+	serverCA, err := pki.NewCA("upload-server-ca", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	clientCA, err := NewCA("upload-proxy-client-ca", time.Hour)
+	clientCA, err := pki.NewCA("upload-proxy-client-ca", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	otherCA, err := NewCA("someone-else", time.Hour)
+	otherCA, err := pki.NewCA("someone-else", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,13 +61,13 @@ func newPKI(t *testing.T) *pki {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &pki{dir: dir, serverCA: serverCA, certFile: filepath.Join(dir, "tls.crt"), keyFile: filepath.Join(dir, "tls.key"), cas: filepath.Join(dir, "client-ca.crt")}
+	p := &certSet{dir: dir, serverCA: serverCA, certFile: filepath.Join(dir, "tls.crt"), keyFile: filepath.Join(dir, "tls.key"), cas: filepath.Join(dir, "client-ca.crt")}
 	for f, b := range map[string][]byte{p.certFile: crt, p.keyFile: key, p.cas: clientCA.CertPEM} {
 		if err := os.WriteFile(f, b, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	leaf := func(ca *CA) tls.Certificate {
+	leaf := func(ca *pki.CA) tls.Certificate {
 		c, k, err := ca.Issue("cdi-uploadproxy", nil, true, time.Hour)
 		if err != nil {
 			t.Fatal(err)
@@ -80,7 +82,7 @@ func newPKI(t *testing.T) *pki {
 	return p
 }
 
-func (p *pki) client(cert *tls.Certificate) *http.Client {
+func (p *certSet) client(cert *tls.Certificate) *http.Client {
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(p.serverCA.CertPEM)
 	cfg := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
@@ -96,7 +98,7 @@ type running struct {
 	termLog  string
 	errc     chan error
 	srv      *Server
-	pki      *pki
+	pki      *certSet
 	proxy    *http.Client
 	dataPath string
 }
@@ -189,8 +191,8 @@ func (r *running) waitExit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var msg importer.TerminationMessage
-	if err := json.Unmarshal(b, &msg); err != nil || msg.Outcome != importer.OutcomeSucceeded {
+	var msg contract.TerminationMessage
+	if err := json.Unmarshal(b, &msg); err != nil || msg.Outcome != contract.OutcomeSucceeded {
 		t.Fatalf("termination message %s (%v), want outcome Succeeded", b, err)
 	}
 }
@@ -658,8 +660,8 @@ func TestAsyncBadImage(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("server did not exit after an async upload failed")
 	}
-	var m importer.TerminationMessage
-	if err := json.Unmarshal(mustRead(t, r.termLog), &m); err != nil || m.Outcome != importer.OutcomeFailed || m.Message == nil ||
+	var m contract.TerminationMessage
+	if err := json.Unmarshal(mustRead(t, r.termLog), &m); err != nil || m.Outcome != contract.OutcomeFailed || m.Message == nil ||
 		!strings.Contains(*m.Message, "backing") || (m.Permanent != nil && *m.Permanent) {
 		t.Errorf("termination message %s (%v): want a retryable failure naming the backing file", mustRead(t, r.termLog), err)
 	}

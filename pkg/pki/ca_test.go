@@ -1,4 +1,4 @@
-package uploadserver
+package pki
 
 import (
 	"crypto/x509"
