@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/kubefill/kubefill/pkg/contract"
 	"github.com/kubefill/kubefill/pkg/uploadproxy"
 )
 
@@ -57,7 +58,7 @@ func newUploadProxyCommand() *cobra.Command {
 	flags.StringVar(&opts.Upstream.CAFile, "upload-server-ca-file", "", "CA bundle (PEM) that signs upload servers' serving certificates")
 	flags.StringVar(&opts.Upstream.ServerName, "upload-server-name", "", "name to verify in every upload server's certificate (default: cdi-upload-<claim>.<namespace>.svc)")
 	flags.StringVar(&opts.Address, "upload-server-address", uploadproxy.AddressPodIP, "how to reach upload pods: pod-ip (read the pod's IP; no cluster DNS needed) or service (cdi-upload-<claim>.<namespace>.svc)")
-	flags.IntVar(&opts.UpstreamPort, "upload-server-port", uploadproxy.UploadServerPort, "port of the upload server (the pod port with pod-ip, the Service port with service)")
+	flags.IntVar(&opts.UpstreamPort, "upload-server-port", contract.UploadServerPort, "port of the upload server (the pod port with pod-ip, the Service port with service)")
 	flags.DurationVar(&opts.PodWait, "pod-ready-timeout", 60*time.Second, "how long an upload waits for its upload pod to become ready before 503")
 	goFlags := flag.NewFlagSet("zap", flag.ContinueOnError)
 	zapOpts.BindFlags(goFlags)

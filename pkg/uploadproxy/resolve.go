@@ -14,10 +14,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
-)
 
-// UploadServerPort is the port the upload server listens on in its pod.
-const UploadServerPort = 8443
+	"github.com/kubefill/kubefill/pkg/contract"
+)
 
 // Endpoint is where an upload server is reached.
 type Endpoint struct {
@@ -48,7 +47,7 @@ type PodIPLocator struct {
 // ResolveUploadServer reads pod cdi-upload-<serving> and returns
 // https://<podIP>:<port>, to be verified as the Service's DNS name.
 func (l PodIPLocator) ResolveUploadServer(ctx context.Context, namespace, serving string) (Endpoint, error) {
-	name := UploadPodName(serving)
+	name := cdiv1.UploadPodName(serving)
 	pod, err := l.Client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return Endpoint{}, statusErrorf(http.StatusServiceUnavailable, "upload pod %s/%s does not exist yet; retry", namespace, name)
@@ -61,7 +60,7 @@ func (l PodIPLocator) ResolveUploadServer(ctx context.Context, namespace, servin
 	}
 	port := l.Port
 	if port == 0 {
-		port = UploadServerPort
+		port = contract.UploadServerPort
 	}
 	return Endpoint{
 		URL:        "https://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(port)),
@@ -71,13 +70,13 @@ func (l PodIPLocator) ResolveUploadServer(ctx context.Context, namespace, servin
 
 // ServiceLocator addresses the upload Service by its cluster DNS name, as CDI does.
 type ServiceLocator struct {
-	Port int // 443 if zero
+	Port int // contract.UploadServicePort (443) if zero
 }
 
 // ResolveUploadServer returns https://cdi-upload-<serving>.<namespace>.svc[:port].
 func (l ServiceLocator) ResolveUploadServer(_ context.Context, namespace, serving string) (Endpoint, error) {
 	host := ServiceHost(namespace, serving)
-	if l.Port != 0 && l.Port != 443 {
+	if l.Port != 0 && l.Port != contract.UploadServicePort {
 		host = net.JoinHostPort(host, strconv.Itoa(l.Port))
 	}
 	return Endpoint{URL: "https://" + host}, nil

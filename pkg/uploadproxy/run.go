@@ -2,7 +2,6 @@ package uploadproxy
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -13,7 +12,7 @@ import (
 	"k8s.io/client-go/rest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/kubefill/kubefill/pkg/apiserver"
+	"github.com/kubefill/kubefill/pkg/pki"
 	"github.com/kubefill/kubefill/pkg/token"
 )
 
@@ -104,12 +103,11 @@ func Run(ctx context.Context, restCfg *rest.Config, o RunOptions) error {
 	if err != nil {
 		return err
 	}
-	tlsCfg, err := apiserver.TLSConfig(apiserver.Options{CertFile: o.CertFile, KeyFile: o.KeyFile, GeneratedHosts: o.GeneratedHosts}, nil)
+	// Users do not present client certificates here (ServerTLS asks for none).
+	tlsCfg, err := pki.ServerTLS(pki.ServingOptions{CertFile: o.CertFile, KeyFile: o.KeyFile, GeneratedName: "kubefill-uploadproxy", GeneratedHosts: o.GeneratedHosts})
 	if err != nil {
 		return fmt.Errorf("upload proxy serving certificate: %w", err)
 	}
-	// Users do not present client certificates here.
-	tlsCfg.ClientAuth = tls.NoClientCert
 	ln := o.Listener
 	if ln == nil {
 		ln, err = net.Listen("tcp", net.JoinHostPort(o.BindAddress, strconv.Itoa(o.SecurePort)))

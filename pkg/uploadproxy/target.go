@@ -74,34 +74,14 @@ type Decision struct {
 	Reason string
 }
 
-// usesPopulator says whether pvc is filled through a PVC-prime.
-func usesPopulator(pvc *corev1.PersistentVolumeClaim) bool {
-	if _, ok := pvc.Annotations[cdiv1.AnnPVCPrimeName]; ok {
-		return true
-	}
-	if pvc.Annotations[cdiv1.AnnUsePopulator] == "true" {
-		return true
-	}
-	ref := pvc.Spec.DataSourceRef
-	return ref != nil && ref.APIGroup != nil && *ref.APIGroup == cdiv1.GroupName && ref.Kind == cdiv1.VolumeUploadSourceRef
-}
-
-func isUploadTarget(pvc *corev1.PersistentVolumeClaim) bool {
-	if _, ok := pvc.Annotations[cdiv1.AnnUploadRequest]; ok {
-		return true
-	}
-	ref := pvc.Spec.DataSourceRef
-	return ref != nil && ref.APIGroup != nil && *ref.APIGroup == cdiv1.GroupName && ref.Kind == cdiv1.VolumeUploadSourceRef
-}
-
-func completed(pvc *corev1.PersistentVolumeClaim) bool {
-	if pvc == nil {
-		return false
-	}
-	if _, ok := pvc.Annotations[cdiv1.AnnPopulatedFor]; ok {
-		return true
-	}
-	return pvc.Annotations[cdiv1.AnnPodPhase] == string(corev1.PodSucceeded)
+// followsPrime says whether pvc names a PVC-prime or is marked to be filled
+// through one. Such a claim is followed to its prime's upload pod even
+// without the upload annotation or a VolumeUploadSource dataSourceRef; a
+// claim that only refers to another populator's source is not (unlike
+// cdiv1.UsesPopulator, which says yes to any populator).
+func followsPrime(pvc *corev1.PersistentVolumeClaim) bool {
+	_, named := pvc.Annotations[cdiv1.AnnPVCPrimeName]
+	return named || pvc.Annotations[cdiv1.AnnUsePopulator] == "true"
 }
 
 func podReady(pvc *corev1.PersistentVolumeClaim) bool {
@@ -116,13 +96,13 @@ func DecideTarget(pvc, prime *corev1.PersistentVolumeClaim) Decision {
 	if pvc.DeletionTimestamp != nil {
 		return Decision{State: TargetInvalid, Reason: fmt.Sprintf("PersistentVolumeClaim %s is being deleted", where)}
 	}
-	if completed(pvc) || completed(prime) {
+	if cdiv1.IsCompleted(pvc) || cdiv1.IsCompleted(prime) {
 		return Decision{State: TargetCompleted, Reason: fmt.Sprintf("PersistentVolumeClaim %s has already received its upload; create a new DataVolume or PVC to upload again", where)}
 	}
-	if !isUploadTarget(pvc) && !usesPopulator(pvc) {
+	if !cdiv1.IsUploadTarget(pvc) && !followsPrime(pvc) {
 		return Decision{State: TargetInvalid, Reason: fmt.Sprintf("PersistentVolumeClaim %s is not an upload target: it has neither the %s annotation nor a dataSourceRef to a %s", where, cdiv1.AnnUploadRequest, cdiv1.VolumeUploadSourceRef)}
 	}
-	if !usesPopulator(pvc) {
+	if !cdiv1.UsesPopulator(pvc) {
 		if podReady(pvc) {
 			return Decision{State: TargetReady, Serving: pvc.Name}
 		}
@@ -139,13 +119,10 @@ func DecideTarget(pvc, prime *corev1.PersistentVolumeClaim) Decision {
 	if podReady(pvc) || podReady(prime) {
 		return Decision{State: TargetReady, Serving: primeName}
 	}
-	return Decision{State: TargetWaiting, Serving: primeName, Reason: fmt.Sprintf("the upload pod cdi-upload-%s of PersistentVolumeClaim %s is not ready yet", primeName, where)}
+	return Decision{State: TargetWaiting, Serving: primeName, Reason: fmt.Sprintf("the upload pod %s of PersistentVolumeClaim %s is not ready yet", cdiv1.UploadPodName(primeName), where)}
 }
-
-// UploadPodName is the name of the upload pod, and of its Service, serving the claim named serving.
-func UploadPodName(serving string) string { return "cdi-upload-" + serving }
 
 // ServiceHost is the in-cluster DNS name of the upload Service.
 func ServiceHost(namespace, serving string) string {
-	return UploadPodName(serving) + "." + namespace + ".svc"
+	return cdiv1.UploadPodName(serving) + "." + namespace + ".svc"
 }

@@ -21,6 +21,13 @@ func uploadSourceClaim(name string, ann map[string]string) *corev1.PersistentVol
 	return c
 }
 
+func importSourceClaim(name string) *corev1.PersistentVolumeClaim {
+	c := claim(name, nil)
+	group := cdiv1.GroupName
+	c.Spec.DataSourceRef = &corev1.TypedObjectReference{APIGroup: &group, Kind: cdiv1.VolumeImportSourceRef, Name: "src"}
+	return c
+}
+
 func TestDecideTarget(t *testing.T) {
 	now := metav1.Now()
 	deleting := claim("disk", map[string]string{cdiv1.AnnUploadRequest: ""})
@@ -33,6 +40,7 @@ func TestDecideTarget(t *testing.T) {
 		wantServing string
 	}{
 		{"plain claim, no upload annotation", claim("disk", nil), nil, TargetInvalid, ""},
+		{"import populator's claim", importSourceClaim("disk"), nil, TargetInvalid, ""},
 		{"being deleted", deleting, nil, TargetInvalid, ""},
 		{"legacy upload claim, pod not ready", claim("disk", map[string]string{cdiv1.AnnUploadRequest: ""}), nil, TargetWaiting, "disk"},
 		{"legacy upload claim, pod ready", claim("disk", map[string]string{cdiv1.AnnUploadRequest: "", cdiv1.AnnPodReady: "true"}), nil, TargetReady, "disk"},
