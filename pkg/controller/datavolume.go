@@ -30,16 +30,17 @@ type DataVolumeReconciler struct {
 	Recorder recorder.EventRecorder
 }
 
-// SetupWithManager registers the reconciler, following the claims and
-// import sources it owns.
+// SetupWithManager registers the reconciler, following the claims and the
+// populator sources of every kind it owns.
 func (r *DataVolumeReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("datavolume").
 		For(&cdiv1.DataVolume{}).
-		Owns(&corev1.PersistentVolumeClaim{}).
-		Owns(&cdiv1.VolumeImportSource{}).
-		Owns(&cdiv1.VolumeUploadSource{}).
-		Complete(r)
+		Owns(&corev1.PersistentVolumeClaim{})
+	for _, kind := range sourceKinds {
+		b = b.Owns(kind.newSource())
+	}
+	return b.Complete(r)
 }
 
 // Reconcile brings one DataVolume's claim and status up to date.
@@ -83,23 +84,16 @@ func (r *DataVolumeReconciler) reconcileClaim(ctx context.Context, dv *cdiv1.Dat
 		return r.adopt(ctx, dv, pvc)
 	}
 
-	var ref *corev1.TypedObjectReference
-	switch {
-	case IsImport(dv):
-		if err := r.ensureImportSource(ctx, dv); err != nil {
-			return ClaimView{}, err
-		}
-		ref = &corev1.TypedObjectReference{APIGroup: ptr.To(cdiv1.GroupName), Kind: cdiv1.VolumeImportSourceRef, Name: ImportSourceName(dv)}
-	case IsUpload(dv):
-		if err := r.ensureUploadSource(ctx, dv); err != nil {
-			return ClaimView{}, err
-		}
-		ref = &corev1.TypedObjectReference{APIGroup: ptr.To(cdiv1.GroupName), Kind: cdiv1.VolumeUploadSourceRef, Name: UploadSourceName(dv)}
-	default:
+	kind := kindOf(dv)
+	if kind == nil {
 		msg := fmt.Sprintf("DataVolumes with source %s are not supported by Kubefill yet: imports (http, s3, registry, blank) and upload are", describeSource(dv))
 		r.event(dv, corev1.EventTypeWarning, "UnsupportedSource", "RenderClaim", msg)
 		return ClaimView{Problem: msg, ProblemReason: "UnsupportedSource"}, nil
 	}
+	if err := r.ensureSource(ctx, dv, kind); err != nil {
+		return ClaimView{}, err
+	}
+	ref := &corev1.TypedObjectReference{APIGroup: ptr.To(cdiv1.GroupName), Kind: kind.ref, Name: kind.sourceName(dv)}
 	spec, className, err := r.renderClaim(ctx, dv)
 	if err != nil {
 		r.event(dv, corev1.EventTypeWarning, "ErrClaimNotValid", "RenderClaim", err.Error())
@@ -179,30 +173,18 @@ func (r *DataVolumeReconciler) viewOf(ctx context.Context, pvc *corev1.Persisten
 	return view, nil
 }
 
-// ensureImportSource creates the VolumeImportSource the claim's
-// dataSourceRef names, owned by the DataVolume.
-func (r *DataVolumeReconciler) ensureImportSource(ctx context.Context, dv *cdiv1.DataVolume) error {
-	src := &cdiv1.VolumeImportSource{ObjectMeta: metav1.ObjectMeta{Name: ImportSourceName(dv), Namespace: dv.Namespace}}
+// ensureSource creates or updates the populator source of the DataVolume's
+// kind, the object the claim's dataSourceRef names, owned by the DataVolume.
+func (r *DataVolumeReconciler) ensureSource(ctx context.Context, dv *cdiv1.DataVolume, kind *sourceKind) error {
+	src := kind.newSource()
+	src.SetName(kind.sourceName(dv))
+	src.SetNamespace(dv.Namespace)
 	_, err := controllerutil.CreateOrUpdate(ctx, r.Client, src, func() error {
-		src.Spec = ImportSourceFor(dv)
+		kind.setSpec(src, dv)
 		return controllerutil.SetControllerReference(dv, src, r.Client.Scheme())
 	})
 	if err != nil {
-		return fmt.Errorf("writing VolumeImportSource %s: %w", src.Name, err)
-	}
-	return nil
-}
-
-// ensureUploadSource creates the VolumeUploadSource the claim's
-// dataSourceRef names, owned by the DataVolume.
-func (r *DataVolumeReconciler) ensureUploadSource(ctx context.Context, dv *cdiv1.DataVolume) error {
-	src := &cdiv1.VolumeUploadSource{ObjectMeta: metav1.ObjectMeta{Name: UploadSourceName(dv), Namespace: dv.Namespace}}
-	_, err := controllerutil.CreateOrUpdate(ctx, r.Client, src, func() error {
-		src.Spec = UploadSourceFor(dv)
-		return controllerutil.SetControllerReference(dv, src, r.Client.Scheme())
-	})
-	if err != nil {
-		return fmt.Errorf("writing VolumeUploadSource %s: %w", src.Name, err)
+		return fmt.Errorf("writing %s %s: %w", kind.ref, src.GetName(), err)
 	}
 	return nil
 }
@@ -304,9 +286,9 @@ func claimAnnotations(dv *cdiv1.DataVolume) map[string]string {
 			ann[key] = v
 		}
 	}
-	if IsUpload(dv) {
-		// Nothing consumes an upload target before the upload: its upload pod
-		// is the first consumer, so the claim must not wait for another.
+	if kind := kindOf(dv); kind != nil && kind.immediateBinding {
+		// The kind's own worker pod is the claim's first consumer: the claim
+		// must not wait for another.
 		ann[cdiv1.AnnImmediateBinding] = "true"
 	}
 	if dv.Spec.PriorityClassName != "" {

@@ -12,28 +12,10 @@ import (
 
 // Rendering a DataVolume's claim: pure functions, table-tested.
 
-// IsImport reports whether a DataVolume's source is one the import
-// populator fills.
-func IsImport(dv *cdiv1.DataVolume) bool {
-	s := dv.Spec.Source
-	return dv.Spec.SourceRef == nil && s != nil &&
-		(s.HTTP != nil || s.S3 != nil || s.GCS != nil || s.Registry != nil || s.Blank != nil || s.Imageio != nil || s.VDDK != nil)
-}
-
-// IsUpload reports whether a DataVolume waits for an upload.
-func IsUpload(dv *cdiv1.DataVolume) bool {
-	return dv.Spec.SourceRef == nil && dv.Spec.Source != nil && dv.Spec.Source.Upload != nil
-}
-
 // UploadSourceFor renders the VolumeUploadSource spec for an upload DataVolume.
 func UploadSourceFor(dv *cdiv1.DataVolume) cdiv1.VolumeUploadSourceSpec {
 	spec := cdiv1.VolumeUploadSourceSpec{ContentType: dv.Spec.ContentType, Preallocation: dv.Spec.Preallocation}
 	return *spec.DeepCopy()
-}
-
-// UploadSourceName is the name of the VolumeUploadSource a DataVolume owns.
-func UploadSourceName(dv *cdiv1.DataVolume) string {
-	return "volume-upload-source-" + string(dv.UID)
 }
 
 // ImportSourceFor renders the VolumeImportSource spec for an import DataVolume.
@@ -52,11 +34,6 @@ func ImportSourceFor(dv *cdiv1.DataVolume) cdiv1.VolumeImportSourceSpec {
 		spec.FinalCheckpoint = &final
 	}
 	return *spec.DeepCopy()
-}
-
-// ImportSourceName is the name of the VolumeImportSource a DataVolume owns.
-func ImportSourceName(dv *cdiv1.DataVolume) string {
-	return "volume-import-source-" + string(dv.UID)
 }
 
 // RenderClaimSpec renders the claim spec for a DataVolume. spec.pvc is used

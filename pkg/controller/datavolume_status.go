@@ -57,30 +57,23 @@ func ComputeStatus(dv *cdiv1.DataVolume, view ClaimView) cdiv1.DataVolumeStatus 
 			running = condition(cdiv1.DataVolumeRunning, status, ann[cdiv1.AnnRunningConditionReason], ann[cdiv1.AnnRunningConditionMessage])
 		}
 		populated := ann[cdiv1.AnnPopulatedFor] == pvc.Name || ann[cdiv1.AnnPrePopulated] == dv.Name
-		podPhase := corev1.PodPhase(ann[cdiv1.AnnPodPhase])
-		upload := IsUpload(dv)
+		worker := workerView{
+			PodPhase:         corev1.PodPhase(ann[cdiv1.AnnPodPhase]),
+			PodReady:         ann[cdiv1.AnnPodReady] == "true",
+			PrimeExists:      ann[cdiv1.AnnPVCPrimeName] != "",
+			WaitsForConsumer: view.WaitsForConsumer,
+		}
+		kind := reportingKindOf(dv)
 		switch {
 		case pvc.Status.Phase == corev1.ClaimLost:
 			st.Phase = cdiv1.Failed
 		case populated && pvc.Status.Phase == corev1.ClaimBound:
 			st.Phase, st.Progress = cdiv1.Succeeded, "100.0%"
-			done := "Import Complete"
-			if upload {
-				done = "Upload Complete"
-			}
-			running = condition(cdiv1.DataVolumeRunning, corev1.ConditionFalse, cdiv1.ReasonCompleted, done)
-		case upload && podPhase != corev1.PodFailed:
-			// virtctl waits for UploadReady; the upload server is ready once
-			// its pod is, and the data is in once the pod has succeeded.
-			st.Phase = UploadPhase(ann[cdiv1.AnnPodReady] == "true", podPhase, ann[cdiv1.AnnPVCPrimeName] != "", view.WaitsForConsumer)
-		case podPhase == corev1.PodFailed:
+			running = condition(cdiv1.DataVolumeRunning, corev1.ConditionFalse, cdiv1.ReasonCompleted, kind.doneMessage)
+		case worker.PodPhase == corev1.PodFailed:
 			st.Phase = cdiv1.Failed
-		case podPhase == corev1.PodRunning, podPhase == corev1.PodSucceeded:
-			st.Phase = cdiv1.ImportInProgress
-		case podPhase == corev1.PodPending || ann[cdiv1.AnnPVCPrimeName] != "":
-			st.Phase = cdiv1.ImportScheduled
-		case view.WaitsForConsumer:
-			st.Phase = cdiv1.PendingPopulation
+		default:
+			st.Phase = kind.phase(worker)
 		}
 	}
 	if st.Phase == cdiv1.Succeeded {
@@ -90,21 +83,6 @@ func ComputeStatus(dv *cdiv1.DataVolume, view ClaimView) cdiv1.DataVolumeStatus 
 	}
 	st.Conditions = []cdiv1.DataVolumeCondition{bound, running, ready}
 	return st
-}
-
-// UploadPhase is an upload DataVolume's phase before it succeeds or fails:
-// UploadReady while the upload server accepts data (and once it has it, until
-// the volume moves to the claim), UploadScheduled while its pod starts.
-func UploadPhase(podReady bool, podPhase corev1.PodPhase, primeExists, waitsForConsumer bool) cdiv1.DataVolumePhase {
-	switch {
-	case podReady || podPhase == corev1.PodSucceeded:
-		return cdiv1.UploadReady
-	case podPhase != "" || primeExists:
-		return cdiv1.UploadScheduled
-	case waitsForConsumer:
-		return cdiv1.PendingPopulation
-	}
-	return cdiv1.Pending
 }
 
 func condition(t cdiv1.DataVolumeConditionType, s corev1.ConditionStatus, reason, message string) cdiv1.DataVolumeCondition {
