@@ -12,8 +12,6 @@ import (
 	"math/big"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -181,6 +179,7 @@ func TestUploadTargetError(t *testing.T) {
 		{"import populator", pvc(nil, &corev1.TypedObjectReference{APIGroup: &group, Kind: "VolumeImportSource", Name: "u"}), "not an upload target"},
 		{"plain", pvc(nil, nil), "not an upload target"},
 		{"done", pvc(map[string]string{cdiv1.AnnUploadRequest: "", cdiv1.AnnPodPhase: "Succeeded"}, nil), "already received"},
+		{"populated", pvc(map[string]string{cdiv1.AnnPopulatedFor: "p"}, &corev1.TypedObjectReference{APIGroup: &group, Kind: "VolumeUploadSource", Name: "u"}), "already received"},
 		{"deleting", deleting, "being deleted"},
 	}
 	for _, tc := range cases {
@@ -211,66 +210,18 @@ func TestCheckUploadTokenRequest(t *testing.T) {
 	}
 }
 
-func TestCertReloaderKeepsOldPairOnBadFiles(t *testing.T) {
-	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	write := func(sc *ServingCert) {
-		if err := os.WriteFile(certFile, sc.CertPEM, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(keyFile, sc.KeyPEM, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	one, err := GenerateServingCert("a", []string{"127.0.0.1", "svc.ns.svc"}, time.Hour)
+// TestTLSConfigRequestsClientCerts: the TLS layer asks for client
+// certificates without verifying them (Authenticate does, per request).
+func TestTLSConfigRequestsClientCerts(t *testing.T) {
+	cfg, err := TLSConfig(Options{GeneratedHosts: []string{"127.0.0.1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	two, _ := GenerateServingCert("b", []string{"127.0.0.1"}, time.Hour)
-	write(one)
-	r, err := NewCertReloader(certFile, keyFile)
-	if err != nil {
-		t.Fatal(err)
+	if cfg.ClientAuth != tls.RequestClientCert || cfg.MinVersion != tls.VersionTLS12 || len(cfg.Certificates) != 1 {
+		t.Fatalf("clientAuth %v, min %x, %d certificates", cfg.ClientAuth, cfg.MinVersion, len(cfg.Certificates))
 	}
-	r.CheckInterval = time.Nanosecond
-	leafCN := func() string {
-		c, err := r.GetCertificate(nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		leaf, _ := x509.ParseCertificate(c.Certificate[0])
-		return leaf.Subject.CommonName
+	leaf, err := x509.ParseCertificate(cfg.Certificates[0].Certificate[0])
+	if err != nil || leaf.Subject.CommonName != "kubefill-apiserver" {
+		t.Fatalf("generated certificate %v: %v", leaf, err)
 	}
-	if leafCN() != "a" {
-		t.Fatal("initial certificate")
-	}
-	// Half-way through an update: new certificate, old key. Keep serving "a".
-	if err := os.WriteFile(certFile, two.CertPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if leafCN() != "a" {
-		t.Fatal("mismatched pair was loaded")
-	}
-	write(two)
-	if leafCN() != "b" {
-		t.Fatal("complete new pair not loaded")
-	}
-	leaf, _ := x509.ParseCertificate(mustPEM(t, one.CertPEM))
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(one.CAPEM)
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, DNSName: "svc.ns.svc"}); err != nil {
-		t.Fatalf("generated certificate does not verify against its CA: %v", err)
-	}
-	if _, err := NewCertReloader(certFile, filepath.Join(dir, "missing.key")); err == nil {
-		t.Fatal("missing key accepted at start")
-	}
-}
-
-func mustPEM(t *testing.T, data []byte) []byte {
-	t.Helper()
-	b, _ := pem.Decode(data)
-	if b == nil {
-		t.Fatal("no PEM")
-	}
-	return b.Bytes
 }

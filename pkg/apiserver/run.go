@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -118,7 +117,7 @@ func Run(ctx context.Context, restCfg *rest.Config, opts RunOptions) error {
 	if err != nil {
 		return err
 	}
-	tlsCfg, err := TLSConfig(opts.Options, func(path string, data []byte) error { return os.WriteFile(path, data, 0o644) })
+	tlsCfg, err := TLSConfig(opts.Options)
 	if err != nil {
 		return err
 	}

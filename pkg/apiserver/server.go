@@ -22,6 +22,7 @@ import (
 
 	uploadv1 "github.com/kubefill/kubefill-api/upload/v1beta1"
 
+	"github.com/kubefill/kubefill/pkg/pki"
 	"github.com/kubefill/kubefill/pkg/token"
 )
 
@@ -124,31 +125,15 @@ type Options struct {
 // TLSConfig returns a server TLS configuration per opts. Client certificates
 // are requested but not verified by the TLS layer: the trusted CAs come from a
 // ConfigMap that changes, so Authenticate verifies them per request.
-func TLSConfig(opts Options, writeFile func(string, []byte) error) (*tls.Config, error) {
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ClientAuth: tls.RequestClientCert}
-	switch {
-	case opts.CertFile != "" || opts.KeyFile != "":
-		r, err := NewCertReloader(opts.CertFile, opts.KeyFile)
-		if err != nil {
-			return nil, err
-		}
-		cfg.GetCertificate = r.GetCertificate
-	default:
-		sc, err := GenerateServingCert("kubefill-apiserver", opts.GeneratedHosts, 365*24*time.Hour)
-		if err != nil {
-			return nil, err
-		}
-		pair, err := tls.X509KeyPair(sc.CertPEM, sc.KeyPEM)
-		if err != nil {
-			return nil, err
-		}
-		cfg.Certificates = []tls.Certificate{pair}
-		if opts.GeneratedCAFile != "" {
-			if err := writeFile(opts.GeneratedCAFile, sc.CAPEM); err != nil {
-				return nil, fmt.Errorf("writing generated CA to %s: %w", opts.GeneratedCAFile, err)
-			}
-		}
+func TLSConfig(opts Options) (*tls.Config, error) {
+	cfg, err := pki.ServerTLS(pki.ServingOptions{
+		CertFile: opts.CertFile, KeyFile: opts.KeyFile,
+		GeneratedName: "kubefill-apiserver", GeneratedHosts: opts.GeneratedHosts, GeneratedCAFile: opts.GeneratedCAFile,
+	})
+	if err != nil {
+		return nil, err
 	}
+	cfg.ClientAuth = tls.RequestClientCert
 	return cfg, nil
 }
 

@@ -34,14 +34,11 @@ func UploadTargetError(pvc *corev1.PersistentVolumeClaim) error {
 	if pvc.DeletionTimestamp != nil {
 		return fmt.Errorf("PersistentVolumeClaim %s is being deleted", where)
 	}
-	_, annotated := pvc.Annotations[cdiv1.AnnUploadRequest]
-	ref := pvc.Spec.DataSourceRef
-	populated := ref != nil && ref.APIGroup != nil && *ref.APIGroup == cdiv1.GroupName && ref.Kind == cdiv1.VolumeUploadSourceRef
-	if !annotated && !populated {
+	if !cdiv1.IsUploadTarget(pvc) {
 		return fmt.Errorf("PersistentVolumeClaim %s is not an upload target: it has neither the %s annotation nor a dataSourceRef to a %s.%s; create it from a DataVolume with source.upload or with that dataSourceRef",
 			where, cdiv1.AnnUploadRequest, cdiv1.VolumeUploadSourceRef, cdiv1.GroupName)
 	}
-	if pvc.Annotations[cdiv1.AnnPodPhase] == string(corev1.PodSucceeded) {
+	if cdiv1.IsCompleted(pvc) {
 		return fmt.Errorf("PersistentVolumeClaim %s has already received its upload", where)
 	}
 	return nil
