@@ -341,10 +341,7 @@ func DataVolumeDone(dv *cdiv1.DataVolume) (bool, string, error) {
 
 // PVCDone says whether a claim's upload has been written and handed over.
 func PVCDone(pvc *corev1.PersistentVolumeClaim) bool {
-	if pvc.Annotations[cdiv1.AnnPodPhase] == string(corev1.PodSucceeded) {
-		return true
-	}
-	if _, ok := pvc.Annotations[cdiv1.AnnPopulatedFor]; ok {
+	if cdiv1.IsCompleted(pvc) {
 		return true
 	}
 	// A populated claim is bound only once the prime's volume was handed to it.
