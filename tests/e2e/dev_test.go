@@ -1,7 +1,7 @@
 package e2e
 
 import (
-	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,11 +11,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kubefill/kubefill/tests/cluster"
+	"github.com/kubefill/kubefill/tests/kit"
 )
 
 // TestDevUpDown runs the dev job's own commands: `kubefill-dev up` leaves a
@@ -67,13 +67,17 @@ func TestDevUpDown(t *testing.T) {
 	if _, err := client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	err = wait.PollUntilContextCancel(ctx, pollInterval, true, func(ctx context.Context) (bool, error) {
-		p, err := client.CoreV1().Pods("default").Get(ctx, "holder", metav1.GetOptions{})
-		return err == nil && p.Status.Phase == corev1.PodRunning, nil
-	})
-	if err != nil {
-		t.Fatalf("holder pod never ran: %v", err)
-	}
+	kit.Await(t, 2*time.Minute, pollInterval, "the holder pod to run",
+		func() (*corev1.Pod, error) {
+			return client.CoreV1().Pods("default").Get(ctx, "holder", metav1.GetOptions{})
+		},
+		func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning },
+		func(p *corev1.Pod) string {
+			if p == nil {
+				return "no pod"
+			}
+			return fmt.Sprintf("last status %+v", p.Status)
+		})
 	// A running pod with a PVC means a CSI bind mount, a namespace and a veth.
 	if mounts, _ := os.ReadFile("/proc/self/mountinfo"); !strings.Contains(string(mounts), dir) {
 		t.Fatal("no CSI mount under the dev cluster's directory while its pod runs")

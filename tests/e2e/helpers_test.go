@@ -9,9 +9,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/kubefill/kubefill/tests/kit"
 )
 
 const pollInterval = 100 * time.Millisecond
@@ -49,19 +49,9 @@ func newNamespace(t *testing.T) string {
 	return ns.Name
 }
 
+// pvcSpec is a ReadWriteOnce claim of storageClass, size and mode.
 func pvcSpec(name, storageClass string, size string, mode corev1.PersistentVolumeMode) *corev1.PersistentVolumeClaim {
-	sc := storageClass
-	return &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			StorageClassName: &sc,
-			VolumeMode:       &mode,
-			Resources: corev1.VolumeResourceRequirements{
-				Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)},
-			},
-		},
-	}
+	return kit.PVC("", name, size, kit.Class(storageClass), kit.Mode(mode))
 }
 
 func createPVC(t *testing.T, ns string, pvc *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
@@ -76,20 +66,13 @@ func createPVC(t *testing.T, ns string, pvc *corev1.PersistentVolumeClaim) *core
 // waitPVC polls a PVC until cond holds and returns it.
 func waitPVC(t *testing.T, ns, name string, timeout time.Duration, what string, cond func(*corev1.PersistentVolumeClaim) bool) *corev1.PersistentVolumeClaim {
 	t.Helper()
-	ctx := testContext(t, timeout)
-	var last *corev1.PersistentVolumeClaim
-	err := wait.PollUntilContextCancel(ctx, pollInterval, true, func(ctx context.Context) (bool, error) {
-		pvc, err := cl.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		last = pvc
-		return cond(pvc), nil
-	})
-	if err != nil {
-		t.Fatalf("PVC %s/%s never became %s: last status %+v\nevents:\n%s", ns, name, what, statusOf(last), eventsFor(ns, name))
-	}
-	return last
+	return kit.Await(t, timeout, pollInterval, fmt.Sprintf("PVC %s/%s to become %s", ns, name, what),
+		func() (*corev1.PersistentVolumeClaim, error) {
+			return cl.Client.CoreV1().PersistentVolumeClaims(ns).Get(context.Background(), name, metav1.GetOptions{})
+		}, cond,
+		func(last *corev1.PersistentVolumeClaim) string {
+			return fmt.Sprintf("last status %+v\nevents:\n%s", statusOf(last), eventsFor(ns, name))
+		})
 }
 
 func waitPVCPhase(t *testing.T, ns, name string, phase corev1.PersistentVolumeClaimPhase, timeout time.Duration) *corev1.PersistentVolumeClaim {
@@ -112,31 +95,19 @@ func eventsFor(ns, name string) string {
 	if err != nil {
 		return fmt.Sprintf("(list events: %v)", err)
 	}
-	var b strings.Builder
-	for _, e := range list.Items {
-		fmt.Fprintf(&b, "  %s %s %s: %s\n", e.Type, e.Reason, e.Source.Component, e.Message)
-	}
-	return b.String()
+	return kit.FormatEvents(list.Items)
 }
 
 func waitPV(t *testing.T, name string, timeout time.Duration, what string, cond func(*corev1.PersistentVolume) bool) *corev1.PersistentVolume {
 	t.Helper()
-	ctx := testContext(t, timeout)
-	var last *corev1.PersistentVolume
-	err := wait.PollUntilContextCancel(ctx, pollInterval, true, func(ctx context.Context) (bool, error) {
-		pv, err := cl.Client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		last = pv
-		return cond(pv), nil
-	})
-	if err != nil {
-		var st any
-		if last != nil {
-			st = last.Status
-		}
-		t.Fatalf("PV %s never became %s: last status %+v", name, what, st)
-	}
-	return last
+	return kit.Await(t, timeout, pollInterval, fmt.Sprintf("PV %s to become %s", name, what),
+		func() (*corev1.PersistentVolume, error) {
+			return cl.Client.CoreV1().PersistentVolumes().Get(context.Background(), name, metav1.GetOptions{})
+		}, cond,
+		func(last *corev1.PersistentVolume) string {
+			if last == nil {
+				return "last status <nil>"
+			}
+			return fmt.Sprintf("last status %+v", last.Status)
+		})
 }

@@ -17,7 +17,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
@@ -25,6 +24,7 @@ import (
 	"github.com/kubefill/kubefill/pkg/datapath/testimg"
 	"github.com/kubefill/kubefill/pkg/importer"
 	"github.com/kubefill/kubefill/tests/cluster"
+	"github.com/kubefill/kubefill/tests/kit"
 )
 
 // throttledServer serves dir where pods can reach it, at about bytesPerSec,
@@ -95,21 +95,11 @@ func rawImage(t *testing.T, dir string, size int) string {
 }
 
 func httpDV(ns, name, url, class string) *cdiv1.DataVolume {
-	spec := filesystemClaim("128Mi")
-	spec.StorageClassName = ptr.To(class)
-	return &cdiv1.DataVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec:       cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: url}}, PVC: spec},
-	}
+	return kit.DataVolume(ns, name, kit.HTTP(url), kit.WithPVC(kit.ClaimSpec("128Mi", kit.Class(class), kit.Mode(corev1.PersistentVolumeFilesystem))))
 }
 
 func runningCondition(dv *cdiv1.DataVolume) cdiv1.DataVolumeCondition {
-	for _, c := range dv.Status.Conditions {
-		if c.Type == cdiv1.DataVolumeRunning {
-			return c
-		}
-	}
-	return cdiv1.DataVolumeCondition{}
+	return kit.DataVolumeCondition(dv, cdiv1.DataVolumeRunning)
 }
 
 // TestDataVolumeWaitsForFirstConsumer: on a WaitForFirstConsumer class the DataVolume
@@ -123,7 +113,7 @@ func TestDataVolumeWaitsForFirstConsumer(t *testing.T) {
 	if err := c.Create(context.Background(), httpDV(ns, "wffc", imageServer(t, dir)+"/"+name, cluster.StorageClassWFFC)); err != nil {
 		t.Fatal(err)
 	}
-	dv, _ := waitDataVolume(t, c, ns, "wffc", time.Minute, func(dv *cdiv1.DataVolume) bool { return dv.Status.Phase == cdiv1.PendingPopulation })
+	dv, _ := kit.WaitDataVolume(t, c, ns, "wffc", time.Minute, func(dv *cdiv1.DataVolume) bool { return dv.Status.Phase == cdiv1.PendingPopulation })
 	time.Sleep(3 * time.Second) // nothing may start without a consumer
 	if err := c.Get(context.Background(), client.ObjectKeyFromObject(dv), dv); err != nil {
 		t.Fatal(err)
@@ -133,7 +123,7 @@ func TestDataVolumeWaitsForFirstConsumer(t *testing.T) {
 	}
 	consumer := podWithClaim("consumer", "wffc", false, fmt.Sprintf("head -c %d /data/disk.img | sha256sum | cut -d' ' -f1 > /dev/termination-log", virtualSize))
 	sum := strings.TrimSpace(runToCompletion(t, ns, consumer))
-	dv, seen := waitDataVolume(t, c, ns, "wffc", time.Minute, func(dv *cdiv1.DataVolume) bool { return dv.Status.Phase == cdiv1.Succeeded })
+	dv, seen := kit.WaitDataVolume(t, c, ns, "wffc", time.Minute, func(dv *cdiv1.DataVolume) bool { return dv.Status.Phase == cdiv1.Succeeded })
 	t.Logf("phases seen after the consumer came: %v", seen)
 	if sum != want {
 		t.Errorf("the consumer read sha256 %s, want %s", sum, want)
@@ -166,9 +156,7 @@ func TestHostileAndMissingSourcesFail(t *testing.T) {
 		}
 	}
 	for _, tc := range cases {
-		dv, seen := waitDataVolume(t, c, ns, tc.name, 2*time.Minute, func(dv *cdiv1.DataVolume) bool {
-			return dv.Status.Phase == cdiv1.Failed || dv.Status.Phase == cdiv1.Succeeded
-		})
+		dv, seen := kit.WaitDataVolumeTerminal(t, c, ns, tc.name, 2*time.Minute)
 		cond := runningCondition(dv)
 		t.Logf("%s: phases %v; Running=%s %s: %s", tc.name, seen, cond.Status, cond.Reason, cond.Message)
 		if dv.Status.Phase != cdiv1.Failed || !strings.Contains(strings.ToLower(cond.Message), tc.message) {
@@ -199,7 +187,7 @@ func TestProgressRisesMonotonically(t *testing.T) {
 		t.Fatal(err)
 	}
 	var values []string
-	dv, _ := waitDataVolume(t, c, ns, "slow", 3*time.Minute, func(dv *cdiv1.DataVolume) bool {
+	dv, _ := kit.WaitDataVolume(t, c, ns, "slow", 3*time.Minute, func(dv *cdiv1.DataVolume) bool {
 		p := string(dv.Status.Progress)
 		if p != "" && p != "N/A" && (len(values) == 0 || values[len(values)-1] != p) {
 			values = append(values, p)
@@ -207,7 +195,7 @@ func TestProgressRisesMonotonically(t *testing.T) {
 				t.Errorf("progress shows 100%% in phase %s", dv.Status.Phase)
 			}
 		}
-		return dv.Status.Phase == cdiv1.Succeeded || dv.Status.Phase == cdiv1.Failed
+		return kit.Terminal(dv.Status.Phase)
 	})
 	t.Logf("progress values seen: %v", values)
 	if dv.Status.Phase != cdiv1.Succeeded {
@@ -242,16 +230,16 @@ func TestControllerRestartMidImport(t *testing.T) {
 	if err := first.Create(context.Background(), httpDV(ns, "restart", url, cluster.StorageClassImmediate)); err != nil {
 		t.Fatal(err)
 	}
-	waitDataVolume(t, first, ns, "restart", 2*time.Minute, func(dv *cdiv1.DataVolume) bool { return dv.Status.Phase == cdiv1.ImportInProgress })
+	kit.WaitDataVolume(t, first, ns, "restart", 2*time.Minute, func(dv *cdiv1.DataVolume) bool { return dv.Status.Phase == cdiv1.ImportInProgress })
 	stopFirst()
 	t.Log("controller stopped mid-import; starting a new one")
 	second, _ := startManager(t)
 
 	var maxPods, maxPrimes int
-	dv, seen := waitDataVolume(t, second, ns, "restart", 3*time.Minute, func(dv *cdiv1.DataVolume) bool {
+	dv, seen := kit.WaitDataVolume(t, second, ns, "restart", 3*time.Minute, func(dv *cdiv1.DataVolume) bool {
 		pods, primes := countWorkers(t, second, ns)
 		maxPods, maxPrimes = max(maxPods, pods), max(maxPrimes, primes)
-		return dv.Status.Phase == cdiv1.Succeeded || dv.Status.Phase == cdiv1.Failed
+		return kit.Terminal(dv.Status.Phase)
 	})
 	t.Logf("phases %v; at most %d importer pods and %d primes at once", seen, maxPods, maxPrimes)
 	if dv.Status.Phase != cdiv1.Succeeded || dv.Status.RestartCount != 0 {
@@ -276,30 +264,25 @@ func TestTwentyDataVolumesInParallel(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var wg sync.WaitGroup
-	failed := make(chan string, 20)
-	for i := range 20 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	dvs := make([]*cdiv1.DataVolume, 20)
+	kit.Eventually(t, 5*time.Minute, 500*time.Millisecond, "all 20 DataVolumes to end", func() (bool, string, error) {
+		var running []string
+		for i := range dvs {
 			dv := &cdiv1.DataVolume{}
-			key := types.NamespacedName{Namespace: ns, Name: fmt.Sprintf("dv-%02d", i)}
-			deadline := time.Now().Add(5 * time.Minute)
-			for time.Now().Before(deadline) {
-				if c.Get(context.Background(), key, dv) == nil && (dv.Status.Phase == cdiv1.Succeeded || dv.Status.Phase == cdiv1.Failed) {
-					break
-				}
-				time.Sleep(500 * time.Millisecond)
+			if err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: fmt.Sprintf("dv-%02d", i)}, dv); err != nil {
+				return false, "", err
 			}
-			if dv.Status.Phase != cdiv1.Succeeded {
-				failed <- fmt.Sprintf("%s ended %s (%s)", key.Name, dv.Status.Phase, runningCondition(dv).Message)
+			dvs[i] = dv
+			if !kit.Terminal(dv.Status.Phase) {
+				running = append(running, fmt.Sprintf("%s %s (%s)", dv.Name, dv.Status.Phase, runningCondition(dv).Message))
 			}
-		}()
-	}
-	wg.Wait()
-	close(failed)
-	for f := range failed {
-		t.Error(f)
+		}
+		return len(running) == 0, fmt.Sprintf("not ended: %v", running), nil
+	})
+	for _, dv := range dvs {
+		if dv.Status.Phase != cdiv1.Succeeded {
+			t.Errorf("%s ended %s (%s)", dv.Name, dv.Status.Phase, runningCondition(dv).Message)
+		}
 	}
 	t.Logf("20 DataVolumes imported in %s; test process (controllers in it) peak RSS %s", time.Since(start).Round(time.Millisecond), peakRSS())
 }
@@ -363,22 +346,11 @@ func peakRSS() string {
 func TestStorageSpecCompletedFromProfile(t *testing.T) {
 	c := startKubefill(t)
 	ns := newNamespace(t)
-	dv := &cdiv1.DataVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: "blank", Namespace: ns},
-		Spec: cdiv1.DataVolumeSpec{
-			Source: &cdiv1.DataVolumeSource{Blank: &cdiv1.DataVolumeBlankImage{}},
-			Storage: &cdiv1.StorageSpec{
-				StorageClassName: ptr.To(cluster.StorageClassImmediate),
-				Resources:        filesystemClaim("64Mi").Resources,
-			},
-		},
-	}
+	dv := kit.DataVolume(ns, "blank", kit.Blank(), kit.WithStorage(cluster.StorageClassImmediate, "64Mi"))
 	if err := c.Create(context.Background(), dv); err != nil {
 		t.Fatal(err)
 	}
-	dv, seen := waitDataVolume(t, c, ns, "blank", 2*time.Minute, func(dv *cdiv1.DataVolume) bool {
-		return dv.Status.Phase == cdiv1.Succeeded || dv.Status.Phase == cdiv1.Failed
-	})
+	dv, seen := kit.WaitDataVolumeTerminal(t, c, ns, "blank", 2*time.Minute)
 	t.Logf("phases %v", seen)
 	if dv.Status.Phase != cdiv1.Succeeded {
 		t.Fatalf("blank DataVolume ended %s: %+v", dv.Status.Phase, runningCondition(dv))
@@ -413,9 +385,7 @@ func TestVmdkImportThroughScratch(t *testing.T) {
 	if err := c.Create(context.Background(), httpDV(ns, "vmdk", imageServer(t, dir)+"/disk.vmdk", cluster.StorageClassImmediate)); err != nil {
 		t.Fatal(err)
 	}
-	dv, seen := waitDataVolume(t, c, ns, "vmdk", 3*time.Minute, func(dv *cdiv1.DataVolume) bool {
-		return dv.Status.Phase == cdiv1.Succeeded || dv.Status.Phase == cdiv1.Failed
-	})
+	dv, seen := kit.WaitDataVolumeTerminal(t, c, ns, "vmdk", 3*time.Minute)
 	t.Logf("phases %v", seen)
 	if dv.Status.Phase != cdiv1.Succeeded {
 		t.Fatalf("vmdk import ended %s: %+v", dv.Status.Phase, runningCondition(dv))
@@ -443,7 +413,7 @@ func TestDeleteMidImportLeaksNothing(t *testing.T) {
 	if err := c.Create(context.Background(), dv); err != nil {
 		t.Fatal(err)
 	}
-	waitDataVolume(t, c, ns, "doomed", 2*time.Minute, func(dv *cdiv1.DataVolume) bool { return dv.Status.Phase == cdiv1.ImportInProgress })
+	kit.WaitDataVolume(t, c, ns, "doomed", 2*time.Minute, func(dv *cdiv1.DataVolume) bool { return dv.Status.Phase == cdiv1.ImportInProgress })
 	target := &corev1.PersistentVolumeClaim{}
 	if err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "doomed"}, target); err != nil {
 		t.Fatal(err)
@@ -490,7 +460,7 @@ func TestDeleteMidImportLeaksNothing(t *testing.T) {
 			t.Logf("%s gone %s after the delete", what, gone[what])
 		}
 	}
-	for deadline := start.Add(2 * time.Minute); ; time.Sleep(250 * time.Millisecond) {
+	kit.Eventually(t, 2*time.Minute, 250*time.Millisecond, "the claim, prime, importer and volume to go after the delete", func() (bool, string, error) {
 		pods, primes := countWorkers(t, c, ns)
 		claims := &corev1.PersistentVolumeClaimList{}
 		if err := c.List(context.Background(), claims, client.InNamespace(ns)); err != nil {
@@ -502,13 +472,9 @@ func TestDeleteMidImportLeaksNothing(t *testing.T) {
 		note("prime", primes > 0)
 		note("claims", len(claims.Items) > 0)
 		note("volume "+volume, pvErr == nil)
-		if pods == 0 && primes == 0 && len(claims.Items) == 0 && apierrors.IsNotFound(pvErr) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("left after deleting mid-import: %d pods, %d primes, %d claims, volume %s present=%v", pods, primes, len(claims.Items), volume, pvErr == nil)
-		}
-	}
+		return pods == 0 && primes == 0 && len(claims.Items) == 0 && apierrors.IsNotFound(pvErr),
+			fmt.Sprintf("left after deleting mid-import: %d pods, %d primes, %d claims, volume %s present=%v", pods, primes, len(claims.Items), volume, pvErr == nil), nil
+	})
 	took := time.Since(start)
 	t.Logf("claim, prime, importer and volume %s gone %s after the delete", volume, took.Round(time.Millisecond))
 	if took > deleteBound {
@@ -524,16 +490,5 @@ func TestDeleteMidImportLeaksNothing(t *testing.T) {
 		t.Errorf("the interrupted importer ended as a success: exit %d, %q", final.ExitCode, final.Message)
 	default:
 		t.Logf("the importer exited %d: %s", final.ExitCode, final.Message)
-	}
-}
-
-// pollUntil polls cond every 250 ms and fails the test if it is not true
-// within timeout.
-func pollUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(timeout); !cond(); time.Sleep(250 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
 	}
 }

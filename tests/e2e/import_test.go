@@ -12,10 +12,8 @@ import (
 
 	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -24,6 +22,7 @@ import (
 	"github.com/kubefill/kubefill/pkg/controller"
 	"github.com/kubefill/kubefill/pkg/datapath/testimg"
 	"github.com/kubefill/kubefill/tests/cluster"
+	"github.com/kubefill/kubefill/tests/kit"
 )
 
 var quietLogs sync.Once
@@ -80,31 +79,6 @@ func testImage(t *testing.T, dir string) (name string, virtualSize int64, rawSHA
 	return "disk.qcow2", size, testimg.FileSHA256(t, expected)
 }
 
-// waitDataVolume polls a DataVolume until done says so, recording every
-// phase and progress it passes through.
-func waitDataVolume(t *testing.T, c client.Client, ns, name string, timeout time.Duration, done func(*cdiv1.DataVolume) bool) (*cdiv1.DataVolume, []string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var seen []string
-	dv := &cdiv1.DataVolume{}
-	for {
-		if err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, dv); err == nil {
-			step := fmt.Sprintf("%s %s", dv.Status.Phase, dv.Status.Progress)
-			if len(seen) == 0 || seen[len(seen)-1] != step {
-				seen = append(seen, step)
-			}
-			if done(dv) {
-				return dv, seen
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("DataVolume %s/%s: timed out after %s; passed through %v\nstatus: %+v\nclaim events:\n%s\nDataVolume events:\n%s",
-				ns, name, timeout, seen, dv.Status, eventsFor(ns, name), eventsFor(ns, name))
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-}
-
 // claimSHA256 reads the first n bytes of a Filesystem claim's disk.img
 // through a pod and returns their sha256.
 func claimSHA256(t *testing.T, ns, claim string, n int64) string {
@@ -113,13 +87,9 @@ func claimSHA256(t *testing.T, ns, claim string, n int64) string {
 	return strings.TrimSpace(runToCompletion(t, ns, pod))
 }
 
+// filesystemClaim is a ReadWriteOnce Filesystem claim of the Immediate class.
 func filesystemClaim(size string) *corev1.PersistentVolumeClaimSpec {
-	return &corev1.PersistentVolumeClaimSpec{
-		AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-		StorageClassName: ptr.To(cluster.StorageClassImmediate),
-		VolumeMode:       ptr.To(corev1.PersistentVolumeFilesystem),
-		Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)}},
-	}
+	return kit.ClaimSpec(size, kit.Class(cluster.StorageClassImmediate), kit.Mode(corev1.PersistentVolumeFilesystem))
 }
 
 // TestDataVolumeImportsQcow2OverHTTP is the main job: a DataVolume imports a
@@ -132,20 +102,12 @@ func TestDataVolumeImportsQcow2OverHTTP(t *testing.T) {
 	name, virtualSize, want := testImage(t, dir)
 	url := imageServer(t, dir) + "/" + name
 
-	dv := &cdiv1.DataVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: "fedora", Namespace: ns},
-		Spec: cdiv1.DataVolumeSpec{
-			Source: &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: url}},
-			PVC:    filesystemClaim("128Mi"),
-		},
-	}
+	dv := kit.DataVolume(ns, "fedora", kit.HTTP(url), kit.WithPVC(filesystemClaim("128Mi")))
 	start := time.Now()
 	if err := c.Create(context.Background(), dv); err != nil {
 		t.Fatal(err)
 	}
-	dv, seen := waitDataVolume(t, c, ns, "fedora", 4*time.Minute, func(dv *cdiv1.DataVolume) bool {
-		return dv.Status.Phase == cdiv1.Succeeded || dv.Status.Phase == cdiv1.Failed
-	})
+	dv, seen := kit.WaitDataVolumeTerminal(t, c, ns, "fedora", 4*time.Minute)
 	t.Logf("import took %s; phases seen: %v", time.Since(start).Round(time.Millisecond), seen)
 	if dv.Status.Phase != cdiv1.Succeeded || dv.Status.Progress != "100.0%" {
 		t.Fatalf("DataVolume ended %s %s: %+v\nevents:\n%s", dv.Status.Phase, dv.Status.Progress, dv.Status.Conditions, eventsFor(ns, "fedora"))
@@ -177,8 +139,8 @@ func TestBarePVCWithVolumeImportSource(t *testing.T) {
 	if err := c.Create(context.Background(), src); err != nil {
 		t.Fatal(err)
 	}
-	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "bare", Namespace: ns}, Spec: *filesystemClaim("128Mi")}
-	pvc.Spec.DataSourceRef = &corev1.TypedObjectReference{APIGroup: ptr.To(cdiv1.GroupName), Kind: cdiv1.VolumeImportSourceRef, Name: "from-http"}
+	pvc := kit.PVC(ns, "bare", "128Mi", kit.Class(cluster.StorageClassImmediate), kit.Mode(corev1.PersistentVolumeFilesystem),
+		kit.SourceRef(cdiv1.VolumeImportSourceRef, "from-http"))
 	if err := c.Create(context.Background(), pvc); err != nil {
 		t.Fatal(err)
 	}
@@ -212,19 +174,12 @@ func TestWrongChecksumFailsClearly(t *testing.T) {
 	if err := c.Create(context.Background(), dv); err != nil {
 		t.Fatal(err)
 	}
-	dv, seen := waitDataVolume(t, c, ns, "bad-sum", 4*time.Minute, func(dv *cdiv1.DataVolume) bool {
-		return dv.Status.Phase == cdiv1.Failed || dv.Status.Phase == cdiv1.Succeeded
-	})
+	dv, seen := kit.WaitDataVolumeTerminal(t, c, ns, "bad-sum", 4*time.Minute)
 	t.Logf("phases seen: %v", seen)
 	if dv.Status.Phase != cdiv1.Failed {
 		t.Fatalf("a wrong checksum ended %s", dv.Status.Phase)
 	}
-	var running cdiv1.DataVolumeCondition
-	for _, cond := range dv.Status.Conditions {
-		if cond.Type == cdiv1.DataVolumeRunning {
-			running = cond
-		}
-	}
+	running := kit.DataVolumeCondition(dv, cdiv1.DataVolumeRunning)
 	t.Logf("Running=%s %s: %s", running.Status, running.Reason, running.Message)
 	if running.Status != corev1.ConditionFalse || !strings.Contains(strings.ToLower(running.Message), "checksum") {
 		t.Errorf("Running condition does not explain the checksum failure: %+v", running)
@@ -243,35 +198,30 @@ func TestWrongChecksumFailsClearly(t *testing.T) {
 	if err := c.Delete(context.Background(), dv); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(time.Minute)
-	for {
+	kit.Eventually(t, time.Minute, 500*time.Millisecond, "the claims to go after deleting the DataVolume", func() (bool, string, error) {
 		claims := &corev1.PersistentVolumeClaimList{}
 		if err := c.List(context.Background(), claims, client.InNamespace(ns)); err != nil {
 			t.Fatal(err)
 		}
 		if len(claims.Items) == 0 {
-			break
+			return true, "", nil
 		}
-		if time.Now().After(deadline) {
-			p := claims.Items[0]
-			pods := &corev1.PodList{}
-			_ = c.List(context.Background(), pods, client.InNamespace(ns))
-			var podStates []string
-			for _, pod := range pods.Items {
-				podStates = append(podStates, fmt.Sprintf("%s %s deleting=%v", pod.Name, pod.Status.Phase, pod.DeletionTimestamp != nil))
-			}
-			t.Fatalf("claims left a minute after deleting the DataVolume: %s deleting=%v finalizers=%v owners=%v; pods: %v",
-				p.Name, p.DeletionTimestamp, p.Finalizers, p.OwnerReferences, podStates)
+		p := claims.Items[0]
+		pods := &corev1.PodList{}
+		_ = c.List(context.Background(), pods, client.InNamespace(ns))
+		var podStates []string
+		for _, pod := range pods.Items {
+			podStates = append(podStates, fmt.Sprintf("%s %s deleting=%v", pod.Name, pod.Status.Phase, pod.DeletionTimestamp != nil))
 		}
-		time.Sleep(500 * time.Millisecond)
-	}
+		return false, fmt.Sprintf("claims left: %s deleting=%v finalizers=%v owners=%v; pods: %v",
+			p.Name, p.DeletionTimestamp, p.Finalizers, p.OwnerReferences, podStates), nil
+	})
 }
 
 // assertNoLeftovers checks a finished population removed its prime and importer.
 func assertNoLeftovers(t *testing.T, c client.Client, ns string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	kit.Eventually(t, 30*time.Second, 500*time.Millisecond, "the prime and the importer to go after success", func() (bool, string, error) {
 		claims := &corev1.PersistentVolumeClaimList{}
 		pods := &corev1.PodList{}
 		if err := c.List(context.Background(), claims, client.InNamespace(ns)); err != nil {
@@ -289,12 +239,6 @@ func assertNoLeftovers(t *testing.T, c client.Client, ns string) {
 		for _, p := range pods.Items {
 			left = append(left, fmt.Sprintf("pod %s (%s, deleting=%v, owners=%v)", p.Name, p.Status.Phase, p.DeletionTimestamp, p.OwnerReferences))
 		}
-		if len(left) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("left behind after success: %v", left)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+		return len(left) == 0, fmt.Sprintf("left behind after success: %v", left), nil
+	})
 }

@@ -9,8 +9,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
+
+	"github.com/kubefill/kubefill/tests/kit"
 )
 
 // shellImage is an image the node agent maps to the host's /bin/sh.
@@ -54,20 +55,11 @@ func createPod(t *testing.T, ns string, pod *corev1.Pod) *corev1.Pod {
 // waitPod polls a pod until cond holds.
 func waitPod(t *testing.T, ns, name string, timeout time.Duration, what string, cond func(*corev1.Pod) bool) *corev1.Pod {
 	t.Helper()
-	ctx := testContext(t, timeout)
-	var last *corev1.Pod
-	err := wait.PollUntilContextCancel(ctx, pollInterval, true, func(ctx context.Context) (bool, error) {
-		p, err := cl.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		last = p
-		return cond(p), nil
-	})
-	if err != nil {
-		t.Fatalf("pod %s/%s never became %s: %s", ns, name, what, describePod(ns, last))
-	}
-	return last
+	return kit.Await(t, timeout, pollInterval, fmt.Sprintf("pod %s/%s to become %s", ns, name, what),
+		func() (*corev1.Pod, error) {
+			return cl.Client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		},
+		cond, func(last *corev1.Pod) string { return describePod(ns, last) })
 }
 
 func describePod(ns string, p *corev1.Pod) string {
@@ -94,9 +86,7 @@ func describePod(ns string, p *corev1.Pod) string {
 func runToCompletion(t *testing.T, ns string, pod *corev1.Pod) string {
 	t.Helper()
 	createPod(t, ns, pod)
-	done := waitPod(t, ns, pod.Name, 2*time.Minute, "Succeeded", func(p *corev1.Pod) bool {
-		return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
-	})
+	done := waitPod(t, ns, pod.Name, 2*time.Minute, "Succeeded", func(p *corev1.Pod) bool { return kit.Terminal(p.Status.Phase) })
 	if done.Status.Phase != corev1.PodSucceeded {
 		t.Fatalf("pod %s failed: %s", pod.Name, describePod(ns, done))
 	}

@@ -2,19 +2,20 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
-	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v6/apis/volumesnapshot/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubefill/kubefill/tests/cluster"
+	"github.com/kubefill/kubefill/tests/kit"
 )
 
 const annSelectedNode = "volume.kubernetes.io/selected-node"
@@ -127,21 +128,25 @@ func TestSnapshotRestore(t *testing.T) {
 	if _, err := dyn.Resource(cluster.VolumeSnapshotGVR).Namespace(ns).Create(context.Background(), &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create VolumeSnapshot: %v", err)
 	}
-	ctx := testContext(t, 2*time.Minute)
-	var last snapshotv1.VolumeSnapshot
-	err = wait.PollUntilContextCancel(ctx, pollInterval, true, func(ctx context.Context) (bool, error) {
-		u, err := dyn.Resource(cluster.VolumeSnapshotGVR).Namespace(ns).Get(ctx, "snap", metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &last); err != nil {
-			return false, err
-		}
-		return last.Status != nil && last.Status.ReadyToUse != nil && *last.Status.ReadyToUse, nil
-	})
-	if err != nil {
-		t.Fatalf("VolumeSnapshot never became ReadyToUse: %+v\nevents:\n%s", last.Status, eventsFor(ns, "snap"))
-	}
+	last := kit.Await(t, 2*time.Minute, pollInterval, "VolumeSnapshot "+ns+"/snap to become ReadyToUse",
+		func() (*snapshotv1.VolumeSnapshot, error) {
+			u, err := dyn.Resource(cluster.VolumeSnapshotGVR).Namespace(ns).Get(context.Background(), "snap", metav1.GetOptions{})
+			if err != nil {
+				return nil, err
+			}
+			var got snapshotv1.VolumeSnapshot
+			return &got, runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &got)
+		},
+		func(s *snapshotv1.VolumeSnapshot) bool {
+			return s.Status != nil && s.Status.ReadyToUse != nil && *s.Status.ReadyToUse
+		},
+		func(s *snapshotv1.VolumeSnapshot) string {
+			var st any
+			if s != nil {
+				st = s.Status
+			}
+			return fmt.Sprintf("last status %+v\nevents:\n%s", st, eventsFor(ns, "snap"))
+		})
 	t.Logf("VolumeSnapshot ReadyToUse in %s (content %s)", time.Since(start).Round(time.Millisecond), ptr.Deref(last.Status.BoundVolumeSnapshotContentName, ""))
 
 	restore := pvcSpec("restored", cluster.StorageClassImmediate, "32Mi", corev1.PersistentVolumeFilesystem)

@@ -15,10 +15,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+	"github.com/kubefill/kubefill/tests/kit"
 )
 
 // progressSample is the DataVolume and its claim as seen at one moment,
@@ -68,10 +68,7 @@ func TestUploadProgress(t *testing.T) {
 	sum := sha256.Sum256(payload)
 	want := hex.EncodeToString(sum[:])
 
-	dv := &cdiv1.DataVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: "slow", Namespace: ns},
-		Spec:       cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{Upload: &cdiv1.DataVolumeSourceUpload{}}, PVC: filesystemClaim("128Mi")},
-	}
+	dv := kit.DataVolume(ns, "slow", kit.Upload(), kit.WithPVC(filesystemClaim("128Mi")))
 	if err := c.Create(context.Background(), dv); err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +76,7 @@ func TestUploadProgress(t *testing.T) {
 	t.Logf("phases before the upload: %v", phases)
 
 	// Waiting for an upload: 0.00%, not a guess.
-	idle, _ := waitDataVolume(t, c, ns, "slow", 30*time.Second, func(dv *cdiv1.DataVolume) bool { return dv.Status.Progress != cdiv1.ProgressNotAvailable })
+	idle, _ := kit.WaitDataVolume(t, c, ns, "slow", 30*time.Second, func(dv *cdiv1.DataVolume) bool { return dv.Status.Progress != cdiv1.ProgressNotAvailable })
 	if idle.Status.Phase != cdiv1.UploadReady || idle.Status.Progress != "0.00%" {
 		t.Fatalf("before the upload: %s %s, want UploadReady 0.00%%", idle.Status.Phase, idle.Status.Progress)
 	}
@@ -104,7 +101,7 @@ func TestUploadProgress(t *testing.T) {
 				if n := len(out); n == 0 || out[n-1].phase != s.phase || out[n-1].dv != s.dv || out[n-1].claim != s.claim {
 					out = append(out, s)
 				}
-				if s.phase == cdiv1.Succeeded || s.phase == cdiv1.Failed {
+				if kit.Terminal(s.phase) {
 					return
 				}
 			}

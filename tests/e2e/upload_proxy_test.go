@@ -24,7 +24,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -34,6 +33,7 @@ import (
 	"github.com/kubefill/kubefill/pkg/token"
 	"github.com/kubefill/kubefill/pkg/uploadcli"
 	"github.com/kubefill/kubefill/tests/cluster"
+	"github.com/kubefill/kubefill/tests/kit"
 )
 
 // uploadStack is what a user uploads through: a Kubefill controller (in
@@ -57,16 +57,13 @@ func startUploadStack(t *testing.T) *uploadStack {
 	// The controller publishes the proxy's URL in CDIConfig, where the CLI looks.
 	proxyURL := fmt.Sprintf("https://127.0.0.1:%d", port)
 	c := startKubefill(t, func(o *controller.ManagerOptions) { o.UploadProxyURL = proxyURL })
-	deadline := time.Now().Add(time.Minute)
-	for cfg := (&cdiv1.CDIConfig{}); ; time.Sleep(100 * time.Millisecond) {
-		err := c.Get(context.Background(), types.NamespacedName{Name: "config"}, cfg)
-		if err == nil && cfg.Status.UploadProxyURL != nil && *cfg.Status.UploadProxyURL == proxyURL {
-			break
+	kit.Eventually(t, time.Minute, kit.Interval, "CDIConfig config to publish the upload proxy URL "+proxyURL, func() (bool, string, error) {
+		cfg := &cdiv1.CDIConfig{}
+		if err := c.Get(context.Background(), types.NamespacedName{Name: "config"}, cfg); err != nil {
+			return false, "", err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("CDIConfig config never published the upload proxy URL %s: %v %+v", proxyURL, err, cfg.Status)
-		}
-	}
+		return cfg.Status.UploadProxyURL != nil && *cfg.Status.UploadProxyURL == proxyURL, fmt.Sprintf("status %+v", cfg.Status), nil
+	})
 	svc, err := cl.StartUploadServices(testContext(t, 3*time.Minute), installNS, port)
 	if err != nil {
 		t.Fatalf("starting the token API server and the upload proxy: %v", err)
@@ -212,11 +209,7 @@ func TestUploadProxyRefusesBadTokensAndSecondUpload(t *testing.T) {
 	s := startUploadStack(t)
 	ns := newNamespace(t)
 	for _, name := range []string{"target", "other"} {
-		dv := &cdiv1.DataVolume{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-			Spec:       cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{Upload: &cdiv1.DataVolumeSourceUpload{}}, PVC: filesystemClaim("128Mi")},
-		}
-		if err := s.c.Create(context.Background(), dv); err != nil {
+		if err := s.c.Create(context.Background(), kit.DataVolume(ns, name, kit.Upload(), kit.WithPVC(filesystemClaim("128Mi")))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -288,7 +281,7 @@ func TestUploadProxyRefusesBadTokensAndSecondUpload(t *testing.T) {
 	// Once the upload server counts those bytes (the claim's progress moves),
 	// it is busy with the first upload; this also shows the proxy streams.
 	start := time.Now()
-	pollUntil(t, time.Minute, "the first upload's bytes to reach the upload server", func() bool {
+	kit.Until(t, time.Minute, "the first upload's bytes to reach the upload server", func() bool {
 		pvc := &corev1.PersistentVolumeClaim{}
 		if err := s.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "target"}, pvc); err != nil {
 			return false
@@ -317,9 +310,7 @@ func TestUploadProxyRefusesBadTokensAndSecondUpload(t *testing.T) {
 	assertPhase(t, s.c, ns, "target", cdiv1.UploadReady)
 
 	retryUpload(t, hc, s.svc.ProxyURL+"/v1beta1/upload", valid, data, func() {})
-	dv, seen := waitDataVolume(t, s.c, ns, "target", 3*time.Minute, func(dv *cdiv1.DataVolume) bool {
-		return dv.Status.Phase == cdiv1.Succeeded || dv.Status.Phase == cdiv1.Failed
-	})
+	dv, seen := kit.WaitDataVolumeTerminal(t, s.c, ns, "target", 3*time.Minute)
 	if dv.Status.Phase != cdiv1.Succeeded {
 		t.Fatalf("DataVolume ended %s (%v)\nevents:\n%s", dv.Status.Phase, seen, eventsFor(ns, "target"))
 	}
@@ -332,16 +323,6 @@ func TestUploadProxyRefusesBadTokensAndSecondUpload(t *testing.T) {
 	}
 	// The other claim, whose token was edited, still waits for its upload.
 	waitUploadReady(t, s.c, ns, "other")
-}
-
-func waitUploadReady(t *testing.T, c client.Client, ns, name string) {
-	t.Helper()
-	dv, seen := waitDataVolume(t, c, ns, name, 3*time.Minute, func(dv *cdiv1.DataVolume) bool {
-		return dv.Status.Phase == cdiv1.UploadReady || dv.Status.Phase == cdiv1.Failed
-	})
-	if dv.Status.Phase != cdiv1.UploadReady {
-		t.Fatalf("DataVolume %s/%s is %s, not UploadReady; phases %v", ns, name, dv.Status.Phase, seen)
-	}
 }
 
 func assertPhase(t *testing.T, c client.Client, ns, name string, want cdiv1.DataVolumePhase) {

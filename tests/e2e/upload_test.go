@@ -22,6 +22,7 @@ import (
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 	"github.com/kubefill/kubefill/pkg/populators"
+	"github.com/kubefill/kubefill/tests/kit"
 )
 
 // uploadClient is an HTTPS client that presents the upload proxy's client
@@ -59,23 +60,12 @@ func TestDataVolumeUploadQcow2(t *testing.T) {
 	dir := t.TempDir()
 	name, virtualSize, want := testImage(t, dir)
 
-	dv := &cdiv1.DataVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: "laptop", Namespace: ns},
-		Spec: cdiv1.DataVolumeSpec{
-			Source: &cdiv1.DataVolumeSource{Upload: &cdiv1.DataVolumeSourceUpload{}},
-			PVC:    filesystemClaim("128Mi"),
-		},
-	}
+	dv := kit.DataVolume(ns, "laptop", kit.Upload(), kit.WithPVC(filesystemClaim("128Mi")))
 	start := time.Now()
 	if err := c.Create(context.Background(), dv); err != nil {
 		t.Fatal(err)
 	}
-	dv, seen := waitDataVolume(t, c, ns, "laptop", 3*time.Minute, func(dv *cdiv1.DataVolume) bool {
-		return dv.Status.Phase == cdiv1.UploadReady || dv.Status.Phase == cdiv1.Failed
-	})
-	if dv.Status.Phase != cdiv1.UploadReady {
-		t.Fatalf("DataVolume %s before the upload; phases %v", dv.Status.Phase, seen)
-	}
+	_, seen := waitUploadReady(t, c, ns, "laptop")
 	ready := time.Since(start)
 	pvc := &corev1.PersistentVolumeClaim{}
 	if err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "laptop"}, pvc); err != nil {
@@ -107,9 +97,7 @@ func TestDataVolumeUploadQcow2(t *testing.T) {
 	took := mustUpload(t, hc, base+"/v1beta1/upload", f, st.Size())
 	t.Logf("uploaded %d bytes of qcow2 in %s (upload server ready %s after the DataVolume was created)", st.Size(), took.Round(time.Millisecond), ready.Round(time.Millisecond))
 
-	dv, seen2 := waitDataVolume(t, c, ns, "laptop", 3*time.Minute, func(dv *cdiv1.DataVolume) bool {
-		return dv.Status.Phase == cdiv1.Succeeded || dv.Status.Phase == cdiv1.Failed
-	})
+	dv, seen2 := kit.WaitDataVolumeTerminal(t, c, ns, "laptop", 3*time.Minute)
 	t.Logf("phases seen: %v then %v", seen, seen2)
 	if dv.Status.Phase != cdiv1.Succeeded {
 		t.Fatalf("DataVolume ended %s: %+v\nevents:\n%s", dv.Status.Phase, dv.Status.Conditions, eventsFor(ns, "laptop"))
@@ -117,8 +105,7 @@ func TestDataVolumeUploadQcow2(t *testing.T) {
 	if !strings.Contains(strings.Join(seen, " "), string(cdiv1.UploadScheduled)) {
 		t.Errorf("phase UploadScheduled never seen: %v", seen)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	kit.Eventually(t, 30*time.Second, 500*time.Millisecond, "the upload pod, its Service, Secret and prime to go", func() (bool, string, error) {
 		left := []string{}
 		for _, obj := range []client.Object{&corev1.Pod{}, &corev1.Service{}, &corev1.Secret{}, &corev1.PersistentVolumeClaim{}} {
 			key := types.NamespacedName{Namespace: ns, Name: podName}
@@ -129,17 +116,24 @@ func TestDataVolumeUploadQcow2(t *testing.T) {
 				left = append(left, fmt.Sprintf("%T %s", obj, key.Name))
 			}
 		}
-		if len(left) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("left behind after the upload: %v", left)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+		return len(left) == 0, fmt.Sprintf("left behind after the upload: %v", left), nil
+	})
 	if got := claimSHA256(t, ns, "laptop", virtualSize); got != want {
 		t.Errorf("claim holds sha256 %s over %d bytes, qemu-img convert gives %s", got, virtualSize, want)
 	}
+}
+
+// waitUploadReady waits until an upload DataVolume's server is ready,
+// and fails the test if the DataVolume fails first.
+func waitUploadReady(t *testing.T, c client.Client, ns, name string) (*cdiv1.DataVolume, []string) {
+	t.Helper()
+	dv, seen := kit.WaitDataVolume(t, c, ns, name, 3*time.Minute, func(dv *cdiv1.DataVolume) bool {
+		return dv.Status.Phase == cdiv1.UploadReady || dv.Status.Phase == cdiv1.Failed
+	})
+	if dv.Status.Phase != cdiv1.UploadReady {
+		t.Fatalf("DataVolume %s/%s is %s before the upload, not UploadReady; phases %v", ns, name, dv.Status.Phase, seen)
+	}
+	return dv, seen
 }
 
 // uploadTarget waits for an upload DataVolume's server to be ready and
@@ -147,12 +141,7 @@ func TestDataVolumeUploadQcow2(t *testing.T) {
 // phases seen.
 func uploadTarget(t *testing.T, c client.Client, installNS, ns, name string) (base string, hc *http.Client, seen []string) {
 	t.Helper()
-	dv, seen := waitDataVolume(t, c, ns, name, 3*time.Minute, func(dv *cdiv1.DataVolume) bool {
-		return dv.Status.Phase == cdiv1.UploadReady || dv.Status.Phase == cdiv1.Failed
-	})
-	if dv.Status.Phase != cdiv1.UploadReady {
-		t.Fatalf("DataVolume %s before the upload; phases %v", dv.Status.Phase, seen)
-	}
+	_, seen = waitUploadReady(t, c, ns, name)
 	pvc := &corev1.PersistentVolumeClaim{}
 	if err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, pvc); err != nil {
 		t.Fatal(err)
@@ -182,10 +171,7 @@ func TestUploadSurvivesKilledConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dv := &cdiv1.DataVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: "retried", Namespace: ns},
-		Spec:       cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{Upload: &cdiv1.DataVolumeSourceUpload{}}, PVC: filesystemClaim("128Mi")},
-	}
+	dv := kit.DataVolume(ns, "retried", kit.Upload(), kit.WithPVC(filesystemClaim("128Mi")))
 	if err := c.Create(context.Background(), dv); err != nil {
 		t.Fatal(err)
 	}
@@ -207,9 +193,7 @@ func TestUploadSurvivesKilledConnection(t *testing.T) {
 		// Still UploadReady meanwhile: the dead connection failed nothing.
 		assertPhase(t, c, ns, "retried", cdiv1.UploadReady)
 	})
-	dv, seen := waitDataVolume(t, c, ns, "retried", 3*time.Minute, func(dv *cdiv1.DataVolume) bool {
-		return dv.Status.Phase == cdiv1.Succeeded || dv.Status.Phase == cdiv1.Failed
-	})
+	dv, seen := kit.WaitDataVolumeTerminal(t, c, ns, "retried", 3*time.Minute)
 	t.Logf("after the retry: %v (restarts %d)", seen, dv.Status.RestartCount)
 	if dv.Status.Phase != cdiv1.Succeeded {
 		t.Fatalf("DataVolume ended %s: %+v\nevents:\n%s", dv.Status.Phase, dv.Status.Conditions, eventsFor(ns, "retried"))

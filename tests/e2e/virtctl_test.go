@@ -14,12 +14,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 	"github.com/kubefill/kubefill/tests/cluster"
+	"github.com/kubefill/kubefill/tests/kit"
 )
 
 // virtctlCLI runs KubeVirt's real virtctl as a user would, with the
@@ -122,15 +122,7 @@ func TestVirtctlImageUpload(t *testing.T) {
 	// target before it asks for a token.
 	t.Run("dv/no-create", func(t *testing.T) {
 		ns := newNamespace(t)
-		dv := &cdiv1.DataVolume{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "existing"},
-			Spec: cdiv1.DataVolumeSpec{
-				Source: &cdiv1.DataVolumeSource{Upload: &cdiv1.DataVolumeSourceUpload{}},
-				Storage: &cdiv1.StorageSpec{Resources: corev1.VolumeResourceRequirements{
-					Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("128Mi")},
-				}},
-			},
-		}
+		dv := kit.DataVolume(ns, "existing", kit.Upload(), kit.WithStorage("", "128Mi"))
 		if err := s.c.Create(context.Background(), dv); err != nil {
 			t.Fatal(err)
 		}
@@ -218,7 +210,7 @@ func TestVirtctlImageUpload(t *testing.T) {
 			t.Errorf("the PVC's %s is %q after virtctl returned", cdiv1.AnnPodPhase, pvc.Annotations[cdiv1.AnnPodPhase])
 		}
 		requireOutput(t, out, "PersistentVolumeClaim "+ns+"/bare created", "Processing completed successfully")
-		pollUntil(t, time.Minute, "the upload pod cdi-upload-bare and its Service to go", func() bool {
+		kit.Until(t, time.Minute, "the upload pod cdi-upload-bare and its Service to go", func() bool {
 			_, perr := cl.Client.CoreV1().Pods(ns).Get(context.Background(), "cdi-upload-bare", metav1.GetOptions{})
 			_, serr := cl.Client.CoreV1().Services(ns).Get(context.Background(), "cdi-upload-bare", metav1.GetOptions{})
 			return apierrors.IsNotFound(perr) && apierrors.IsNotFound(serr)
