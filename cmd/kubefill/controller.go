@@ -18,7 +18,7 @@ func newControllerCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "controller",
 		Short:   "Run the Kubefill controllers",
-		Long:    "Runs the controller manager: the DataVolume, StorageProfile and CDIConfig controllers and the import populator.",
+		Long:    "Runs the controller manager: the DataVolume, StorageProfile and CDIConfig controllers, the import and upload populators, and the upload-target controller that fills annotated claims in place.",
 		Example: "  kubefill controller --kubeconfig ~/.kube/config --leader-elect=false",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -42,7 +42,7 @@ func newControllerCommand() *cobra.Command {
 	flags.StringVar(&opts.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "address the health and readiness probes bind to")
 	flags.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect a leader so that only one replica reconciles at a time")
 	flags.StringVar(&opts.LeaderElectionNS, "leader-election-namespace", "", "namespace of the leader-election lease (default: the pod's namespace)")
-	flags.StringVar(&opts.WorkerImage, "worker-image", "kubefill/kubefill:dev", "image holding the kubefill binary that importer pods run")
+	flags.StringVar(&opts.WorkerImage, "worker-image", "kubefill/kubefill:dev", "image holding the kubefill binary that worker pods (importer, upload server) run")
 	flags.StringVar((*string)(&opts.WorkerPullPolicy), "worker-pull-policy", string(corev1.PullIfNotPresent), "pull policy of the worker image")
 	flags.StringVar(&opts.InstallNamespace, "install-namespace", "", "namespace holding Kubefill's own objects such as the upload CAs (default: $POD_NAMESPACE)")
 	flags.StringVar(&opts.UploadProxyURL, "uploadproxy-url", "", "user-facing upload proxy URL published in CDIConfig status (spec.uploadProxyURLOverride wins)")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+	"github.com/kubefill/kubefill/pkg/contract"
 	"github.com/kubefill/kubefill/pkg/populators"
 )
 
@@ -81,54 +82,60 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
 	if err := dataVolumes.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("registering the DataVolume controller: %w", err)
 	}
-	importPopulator := &populators.Reconciler{
-		Client:   mgr.GetClient(),
-		Recorder: mgr.GetEventRecorder("import-populator"),
-		Events:   mgr.GetAPIReader(),
-		Kind: &populators.ImportKind{
+	installNS := opts.InstallNamespace
+	if installNS == "" {
+		installNS = os.Getenv("POD_NAMESPACE")
+	}
+	// The populator kinds this manager runs. The VolumePopulator objects are
+	// registered from this same list: a kind no populator runs is not
+	// declared, so the data-source validator warns about claims naming it
+	// instead of leaving them pending in silence.
+	uploadKind := &populators.UploadKind{
+		Client:     mgr.GetClient(),
+		Reader:     mgr.GetAPIReader(),
+		Namespace:  installNS,
+		Image:      opts.WorkerImage,
+		PullPolicy: opts.WorkerPullPolicy,
+	}
+	kinds := []populators.Kind{
+		&populators.ImportKind{
 			Client:      mgr.GetClient(),
 			Image:       opts.WorkerImage,
 			PullPolicy:  opts.WorkerPullPolicy,
-			MetricsPort: 8443,
+			MetricsPort: contract.MetricsPort,
 			MaxRetries:  3,
 			Backoff:     10 * time.Second,
 		},
+		uploadKind,
 	}
-	if err := importPopulator.SetupWithManager(mgr); err != nil {
-		return nil, fmt.Errorf("registering the import populator: %w", err)
+	var kindNames []string
+	for _, kind := range kinds {
+		r := &populators.Reconciler{
+			Client:   mgr.GetClient(),
+			Recorder: mgr.GetEventRecorder(populatorName(kind.Name())),
+			Events:   mgr.GetAPIReader(),
+			Grants:   &populators.GrantChecker{Reader: mgr.GetAPIReader()},
+			Kind:     kind,
+		}
+		if err := r.SetupWithManager(mgr); err != nil {
+			return nil, fmt.Errorf("registering the %s populator: %w", kind.Name(), err)
+		}
+		if kind == populators.Kind(uploadKind) {
+			// CDI's older upload flow, still used by `virtctl image-upload pvc`.
+			if err := (&populators.UploadTargetReconciler{Populator: r}).SetupWithManager(mgr); err != nil {
+				return nil, fmt.Errorf("registering the upload-target controller: %w", err)
+			}
+		}
+		kindNames = append(kindNames, kind.Name())
 	}
 	register := manager.RunnableFunc(func(ctx context.Context) error {
-		kinds := []string{cdiv1.VolumeImportSourceRef, cdiv1.VolumeUploadSourceRef, cdiv1.VolumeCloneSourceRef}
-		if err := populators.RegisterVolumePopulators(ctx, mgr.GetClient(), kinds); err != nil {
+		if err := populators.RegisterVolumePopulators(ctx, mgr.GetClient(), kindNames); err != nil {
 			ctrl.Log.WithName("setup").Error(err, "registering VolumePopulators")
 		}
 		return nil
 	})
 	if err := mgr.Add(register); err != nil {
 		return nil, fmt.Errorf("adding VolumePopulator registration: %w", err)
-	}
-	installNS := opts.InstallNamespace
-	if installNS == "" {
-		installNS = os.Getenv("POD_NAMESPACE")
-	}
-	uploadPopulator := &populators.Reconciler{
-		Client:   mgr.GetClient(),
-		Recorder: mgr.GetEventRecorder("upload-populator"),
-		Events:   mgr.GetAPIReader(),
-		Kind: &populators.UploadKind{
-			Client:     mgr.GetClient(),
-			Reader:     mgr.GetAPIReader(),
-			Namespace:  installNS,
-			Image:      opts.WorkerImage,
-			PullPolicy: opts.WorkerPullPolicy,
-		},
-	}
-	if err := uploadPopulator.SetupWithManager(mgr); err != nil {
-		return nil, fmt.Errorf("registering the upload populator: %w", err)
-	}
-	// CDI's older upload flow, still used by `virtctl image-upload pvc`.
-	if err := (&populators.UploadTargetReconciler{Populator: uploadPopulator}).SetupWithManager(mgr); err != nil {
-		return nil, fmt.Errorf("registering the upload-target controller: %w", err)
 	}
 	if installNS != "" {
 		// The upload proxy mounts its client certificate Secret: it must exist
@@ -151,4 +158,10 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
 		}
 	}
 	return mgr, nil
+}
+
+// populatorName names a kind's populator for its events: VolumeImportSource
+// is the "import-populator".
+func populatorName(kind string) string {
+	return strings.TrimSuffix(strings.TrimPrefix(strings.ToLower(kind), "volume"), "source") + "-populator"
 }

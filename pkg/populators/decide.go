@@ -3,7 +3,6 @@ package populators
 import (
 	"fmt"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -17,13 +16,12 @@ import (
 
 // PrimeName is the name of the PVC-prime that fills target.
 func PrimeName(target *corev1.PersistentVolumeClaim) string {
-	return "prime-" + string(target.UID)
+	return cdiv1.PrimeName(string(target.UID))
 }
 
 // Handles reports whether target asks to be filled by the populator of kind.
 func Handles(target *corev1.PersistentVolumeClaim, kind string) bool {
-	ref := target.Spec.DataSourceRef
-	return ref != nil && ref.APIGroup != nil && *ref.APIGroup == cdiv1.GroupName && ref.Kind == kind
+	return cdiv1.RefersTo(target, kind)
 }
 
 // SourceNamespace is where target's populator source lives: the ref's
@@ -153,30 +151,6 @@ func FormatProgress(percent float64, done bool) string {
 		percent = 99.99
 	}
 	return fmt.Sprintf("%.2f%%", percent)
-}
-
-// How often a ready upload server's progress is read: often while data
-// arrives, less often while it waits for an upload, which may take hours
-// to start.
-const (
-	uploadBusyPoll = 2 * time.Second
-	uploadIdlePoll = 5 * time.Second
-)
-
-// UploadProgress is what a target shows of a ready upload server's
-// progress, the percentage of the upload's body received (of its
-// Content-Length), and when to read it again. pct is the server's metric,
-// err why it could not be read; then the target keeps what it shows ("").
-// Before any byte arrives, or when the upload's length is unknown, that is
-// "0.00%"; 100% only once the data is on the volume (see FormatProgress).
-func UploadProgress(pct float64, err error) (progress string, retryAfter time.Duration) {
-	switch {
-	case err != nil:
-		return "", uploadIdlePoll
-	case pct <= 0:
-		return FormatProgress(0, false), uploadIdlePoll
-	}
-	return FormatProgress(pct, false), uploadBusyPoll
 }
 
 // HandedOver reports whether the prime's volume has started moving to the

@@ -1,9 +1,7 @@
 package populators
 
 import (
-	"errors"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -157,28 +155,6 @@ func TestFormatProgress(t *testing.T) {
 	for _, c := range cases {
 		if got := FormatProgress(c.pct, c.done); got != c.want {
 			t.Errorf("FormatProgress(%v, %v) = %q, want %q", c.pct, c.done, got, c.want)
-		}
-	}
-}
-
-func TestUploadProgress(t *testing.T) {
-	cases := []struct {
-		name  string
-		pct   float64
-		err   error
-		want  string
-		retry time.Duration
-	}{
-		{"waiting for an upload", 0, nil, "0.00%", uploadIdlePoll},
-		{"a quarter in", 25, nil, "25.00%", uploadBusyPoll},
-		{"a few bytes in", 0.004, nil, "0.00%", uploadBusyPoll},
-		{"all received, still converting", 100, nil, "99.99%", uploadBusyPoll},
-		{"unreadable: the claim keeps what it shows", 0, errors.New("connection refused"), "", uploadIdlePoll},
-	}
-	for _, c := range cases {
-		got, retry := UploadProgress(c.pct, c.err)
-		if got != c.want || retry != c.retry {
-			t.Errorf("%s: UploadProgress(%v, %v) = %q, %s; want %q, %s", c.name, c.pct, c.err, got, retry, c.want, c.retry)
 		}
 	}
 }

@@ -13,10 +13,6 @@ import (
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 )
 
-// annCopiedEvents on a prime lists the names of the events (its own and its
-// workers') already copied to the target, so that each is copied once.
-const annCopiedEvents = "kubefill.io/copied-events"
-
 // maxCopiedEvents bounds that list; a prime rarely has more than a handful.
 const maxCopiedEvents = 50
 
@@ -69,7 +65,7 @@ func (r *Reconciler) copyEvents(ctx context.Context, target, prime *corev1.Persi
 		return err
 	}
 	pods := &corev1.PodList{}
-	if err := r.Client.List(ctx, pods, client.InNamespace(target.Namespace), client.MatchingLabels{cdiv1.LabelOwnedByUID: string(target.UID)}); err != nil {
+	if err := r.Client.List(ctx, pods, client.InNamespace(prime.Namespace), client.MatchingLabels{cdiv1.LabelOwnedByUID: string(target.UID)}); err != nil {
 		return fmt.Errorf("listing the workers of %s: %w", target.Name, err)
 	}
 	for i := range pods.Items {
@@ -87,19 +83,16 @@ func (r *Reconciler) copyEvents(ctx context.Context, target, prime *corev1.Persi
 			}
 		}
 	}
-	fresh, copied := EventsToCopy(found, prime.Annotations[annCopiedEvents])
+	st := parsePrimeState(prime.Annotations)
+	fresh, copied := EventsToCopy(found, strings.Join(st.CopiedEvents, ","))
 	if len(fresh) == 0 {
 		return nil
 	}
 	for _, e := range fresh {
 		r.event(target, e.Type, e.Reason, "CopyEvent", e.Message)
 	}
-	patch := client.MergeFrom(prime.DeepCopy())
-	if prime.Annotations == nil {
-		prime.Annotations = map[string]string{}
-	}
-	prime.Annotations[annCopiedEvents] = copied
-	if err := r.Client.Patch(ctx, prime, patch); err != nil {
+	st.CopiedEvents = strings.Split(copied, ",")
+	if err := savePrimeState(ctx, r.Client, prime, st); err != nil {
 		return fmt.Errorf("recording the events copied from prime %s: %w", prime.Name, err)
 	}
 	return nil

@@ -15,7 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
-	"github.com/kubefill/kubefill/pkg/importer"
+	"github.com/kubefill/kubefill/pkg/contract"
 )
 
 func terminated(code int32, msg string) *corev1.Pod {
@@ -49,8 +49,8 @@ func TestPodState(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			s := PodState(c.pod)
-			if s.Phase != c.phase || s.Permanent != c.permanent || !strings.Contains(s.Message, c.message) {
-				t.Errorf("PodState = phase %s permanent %v message %q; want %s %v containing %q", s.Phase, s.Permanent, s.Message, c.phase, c.permanent, c.message)
+			if s.Pod.Phase != c.phase || s.Permanent != c.permanent || !strings.Contains(s.Message, c.message) {
+				t.Errorf("PodState = phase %s permanent %v message %q; want %s %v containing %q", s.Pod.Phase, s.Permanent, s.Message, c.phase, c.permanent, c.message)
 			}
 		})
 	}
@@ -122,11 +122,11 @@ func TestScrapeProgress(t *testing.T) {
 			t.Errorf("%s: %v, %v; want %v", metric, got, err, want)
 		}
 	}
-	if _, err := ScrapeProgress(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "new"}}, int32(port), importer.ProgressMetricName); err == nil || !strings.Contains(err.Error(), "no IP") {
+	if _, err := ScrapeProgress(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "new"}}, int32(port), contract.ImportProgressMetric); err == nil || !strings.Contains(err.Error(), "no IP") {
 		t.Errorf("a pod without an IP: %v", err)
 	}
 	srv.Close()
-	if _, err := ScrapeProgress(context.Background(), pod, int32(port), importer.ProgressMetricName); err == nil || !strings.Contains(err.Error(), "scraping https://") {
+	if _, err := ScrapeProgress(context.Background(), pod, int32(port), contract.ImportProgressMetric); err == nil || !strings.Contains(err.Error(), "scraping https://") {
 		t.Errorf("a worker that is gone: %v", err)
 	}
 }

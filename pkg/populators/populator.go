@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +14,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -21,46 +23,10 @@ import (
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 )
 
-// WorkerState is where the worker filling a prime stands, as a kind reports it.
-type WorkerState struct {
-	// Phase is the worker pod's phase; empty while no pod exists yet.
-	Phase corev1.PodPhase
-	// Ready is the worker's readiness (an upload server accepts data once ready).
-	Ready bool
-	// Restarts counts how often the worker was started again after failing.
-	Restarts int32
-	// Progress is CDI's progress string ("45.20%"), empty when unknown.
-	Progress string
-	// Reason and Message explain the state for users, e.g. the importer's error.
-	Reason, Message string
-	// Permanent says a failure will not be retried: the user must change something.
-	Permanent bool
-	// RetryAfter asks to look again after this long (backoff, progress polling).
-	RetryAfter time.Duration
-}
-
-// Done reports whether the worker finished filling the prime.
-func (w WorkerState) Done() bool { return w.Phase == corev1.PodSucceeded }
-
-// Kind is what one populator kind supplies to the shared reconciler.
-type Kind interface {
-	// Name is the dataSourceRef kind it fills, e.g. "VolumeImportSource".
-	Name() string
-	// GetSource reads the source object a target's dataSourceRef names.
-	GetSource(ctx context.Context, key types.NamespacedName) (client.Object, error)
-	// PreparePrime adds what the worker needs to a new prime, before it is created.
-	PreparePrime(target *corev1.PersistentVolumeClaim, source client.Object, prime *corev1.PersistentVolumeClaim) error
-	// Fill makes sure a worker is filling prime and reports its state; it is
-	// called on every reconcile until the state is Done.
-	Fill(ctx context.Context, target, prime *corev1.PersistentVolumeClaim, source client.Object) (WorkerState, error)
-	// Cleanup removes the workers once the data has moved to the target.
-	// Retained workers (CDI's retain annotation) are detached, not deleted.
-	Cleanup(ctx context.Context, prime *corev1.PersistentVolumeClaim, retain bool) error
-}
-
 // Reconciler is the populator flow shared by every kind: for a PVC whose
-// dataSourceRef names its kind it creates a PVC-prime, lets the kind fill
-// it, rebinds the filled volume to the PVC and removes the prime.
+// dataSourceRef names its kind it checks the claim can be filled, reads the
+// source, runs the kind's plan (a PVC-prime, the kind's phases, the rebind
+// of the filled volume to the PVC) and removes the prime.
 type Reconciler struct {
 	Client   client.Client
 	Recorder recorder.EventRecorder
@@ -68,6 +34,12 @@ type Reconciler struct {
 	// Events reads the prime's events (uncached, by field selector) to copy
 	// them to the target; nil copies none.
 	Events client.Reader
+	// Grants decides whether a claim may use a source in another namespace
+	// (a *GrantChecker reads ReferenceGrants), unless the kind is a
+	// SourceAuthorizer. nil refuses every cross-namespace source.
+	Grants interface {
+		Allowed(ctx context.Context, target *corev1.PersistentVolumeClaim) (bool, string, error)
+	}
 }
 
 // SetupWithManager registers r for PVCs, following their primes and the
@@ -77,19 +49,22 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	toTarget := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []ctrl.Request {
 		return targetOf(obj)
 	})
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("populator-"+kind).
 		For(&corev1.PersistentVolumeClaim{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(obj client.Object) bool {
 			pvc, ok := obj.(*corev1.PersistentVolumeClaim)
 			return ok && Handles(pvc, kind)
 		}))).
 		Watches(&corev1.PersistentVolumeClaim{}, toTarget).
-		Watches(&corev1.Pod{}, toTarget).
-		Complete(r)
+		Watches(&corev1.Pod{}, toTarget)
+	if w, ok := r.Kind.(Watcher); ok {
+		b = w.Watches(b)
+	}
+	return b.Complete(r)
 }
 
-// targetOf maps a prime, or a worker labelled with its target's UID, to the
-// target's request. Primes name their target in their owner reference.
+// targetOf maps a prime, or a worker naming its target, to the target's
+// request. Primes in the target's namespace name it in their owner reference.
 func targetOf(obj client.Object) []ctrl.Request {
 	for _, ref := range obj.GetOwnerReferences() {
 		if ref.Kind == "PersistentVolumeClaim" && ref.Controller != nil && *ref.Controller {
@@ -98,8 +73,12 @@ func targetOf(obj client.Object) []ctrl.Request {
 			}
 		}
 	}
-	if name := obj.GetAnnotations()[annTargetName]; name != "" {
-		return []ctrl.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}}}
+	if ref := obj.GetAnnotations()[annTargetName]; ref != "" {
+		ns, name, cross := strings.Cut(ref, "/")
+		if !cross {
+			ns, name = obj.GetNamespace(), ref
+		}
+		return []ctrl.Request{{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}}
 	}
 	return nil
 }
@@ -108,9 +87,9 @@ func targetOf(obj client.Object) []ctrl.Request {
 // are looked for.
 const eventsPoll = 10 * time.Second
 
-// annTargetName on a worker pod names the target claim, so that pod events
-// reach the target's reconcile without a lookup.
-const annTargetName = "kubefill.io/target-claim"
+// sourceAuthPoll is how often a refused cross-namespace source is checked
+// again: a ReferenceGrant may appear.
+const sourceAuthPoll = 30 * time.Second
 
 // Reconcile moves one target PVC a step along the populator flow.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -123,85 +102,86 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 }
 
 func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	logger := log.FromContext(ctx)
 	target := &corev1.PersistentVolumeClaim{}
 	if err := r.Client.Get(ctx, req.NamespacedName, target); err != nil {
 		// A deleted target takes its prime, and the prime its workers, through
 		// owner references: nothing is left to do here.
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if !Handles(target, r.Kind.Name()) || target.DeletionTimestamp != nil {
+	if !Handles(target, r.Kind.Name()) {
 		return ctrl.Result{}, nil
 	}
-	primeName := PrimeName(target)
-	prime := &corev1.PersistentVolumeClaim{}
-	primeErr := r.Client.Get(ctx, types.NamespacedName{Namespace: target.Namespace, Name: primeName}, prime)
-	if primeErr != nil && !apierrors.IsNotFound(primeErr) {
-		return ctrl.Result{}, fmt.Errorf("reading prime %s: %w", primeName, primeErr)
-	}
-	primeExists := primeErr == nil
-
-	// Already filled, or the filled volume is on its way to the target: only
-	// the rebind and the cleanup are left.
-	if !primeExists && (target.Annotations[cdiv1.AnnPopulatedFor] == target.Name || target.Status.Phase == corev1.ClaimBound) {
-		return ctrl.Result{}, nil
-	}
-	if primeExists && HandedOver(target, prime) {
-		if prime.DeletionTimestamp != nil {
-			return ctrl.Result{}, nil // finish already ran
+	if fin, ok := r.Kind.(Finalizer); ok {
+		if stop, err := r.finalize(ctx, target, fin); stop || err != nil {
+			return ctrl.Result{}, err
 		}
-		return r.rebind(ctx, target, prime)
+	}
+	if target.DeletionTimestamp != nil {
+		return ctrl.Result{}, nil
+	}
+	f := &Flow{Target: target, PrimeKey: r.primeKey(target), Kind: r.Kind.Name(), Client: r.Client,
+		Event: func(eventType, reason, action, note string) { r.event(target, eventType, reason, action, note) }}
+	prime := &corev1.PersistentVolumeClaim{}
+	if err := r.Client.Get(ctx, f.PrimeKey, prime); err == nil {
+		f.Prime = prime
+	} else if !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, fmt.Errorf("reading prime %s: %w", f.PrimeKey.Name, err)
 	}
 
-	if !primeExists {
+	switch {
+	case f.Prime == nil && (target.Annotations[cdiv1.AnnPopulatedFor] == target.Name || target.Status.Phase == corev1.ClaimBound):
+		// Already filled: the prime is gone.
+		return ctrl.Result{}, nil
+	case f.Prime != nil && f.Prime.DeletionTimestamp != nil:
+		return ctrl.Result{}, nil // finish already ran
+	case f.Prime == nil:
 		ready, requeue, err := r.checkPrerequisites(ctx, target)
 		if err != nil || !ready {
 			return ctrl.Result{RequeueAfter: requeue}, err
 		}
 	}
 
-	source, err := r.Kind.GetSource(ctx, types.NamespacedName{Namespace: SourceNamespace(target), Name: target.Spec.DataSourceRef.Name})
-	if apierrors.IsNotFound(err) {
-		r.event(target, corev1.EventTypeWarning, "SourceMissing", "WaitForSource",
-			fmt.Sprintf("%s %s not found; waiting for it to be created", r.Kind.Name(), target.Spec.DataSourceRef.Name))
-		return ctrl.Result{RequeueAfter: 10 * time.Second}, nil
-	}
-	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("reading %s %s: %w", r.Kind.Name(), target.Spec.DataSourceRef.Name, err)
+	// Once the volume is on its way to the target, only the rebind and the
+	// cleanup are left: the source is not needed (it may be gone).
+	if !f.HandedOver() {
+		if IsCrossNamespace(target) {
+			allowed, msg, err := r.authorizeSource(ctx, target)
+			if err != nil {
+				return ctrl.Result{}, fmt.Errorf("authorising the source of %s: %w", target.Name, err)
+			}
+			if !allowed {
+				return ctrl.Result{RequeueAfter: sourceAuthPoll}, r.refuseSource(ctx, target, msg)
+			}
+		}
+		source, err := r.Kind.GetSource(ctx, types.NamespacedName{Namespace: SourceNamespace(target), Name: target.Spec.DataSourceRef.Name})
+		if apierrors.IsNotFound(err) {
+			r.event(target, corev1.EventTypeWarning, "SourceMissing", "WaitForSource",
+				fmt.Sprintf("%s %s not found; waiting for it to be created", r.Kind.Name(), target.Spec.DataSourceRef.Name))
+			return ctrl.Result{RequeueAfter: 10 * time.Second}, nil
+		}
+		if err != nil {
+			return ctrl.Result{}, fmt.Errorf("reading %s %s: %w", r.Kind.Name(), target.Spec.DataSourceRef.Name, err)
+		}
+		f.Source = source
 	}
 
-	if !primeExists {
-		prime = NewPrime(target, r.Kind.Name())
-		if err := r.Kind.PreparePrime(target, source, prime); err != nil {
-			r.event(target, corev1.EventTypeWarning, "InvalidSource", "PreparePrime", err.Error())
-			return ctrl.Result{}, r.setTargetAnnotations(ctx, target, map[string]string{
-				cdiv1.AnnRunningCondition: "false", cdiv1.AnnRunningConditionReason: "InvalidSource", cdiv1.AnnRunningConditionMessage: err.Error(),
-			})
-		}
-		if err := r.Client.Create(ctx, prime); err != nil && !apierrors.IsAlreadyExists(err) {
-			return ctrl.Result{}, fmt.Errorf("creating prime %s: %w", primeName, err)
-		}
-		logger.Info("created PVC-prime", "prime", primeName)
-		r.event(target, corev1.EventTypeNormal, "PrimeCreated", "CreatePrime", fmt.Sprintf("created PVC-prime %s to fill this claim", primeName))
-		if err := r.setTargetAnnotations(ctx, target, map[string]string{cdiv1.AnnPVCPrimeName: primeName}); err != nil {
-			return ctrl.Result{}, err
-		}
-	}
-
-	if err := r.copyEvents(ctx, target, prime); err != nil {
-		// Only the events are late; the population goes on.
-		logger.Error(err, "copying the prime's and the workers' events to the claim")
-	}
-	state, err := r.Kind.Fill(ctx, target, prime, source)
+	plan := r.Kind.Plan()
+	s, err := runPlan(ctx, f, plan)
 	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("filling prime %s: %w", primeName, err)
+		return ctrl.Result{}, fmt.Errorf("populating claim %s: %w", target.Name, err)
 	}
-	if err := r.mirror(ctx, target, state); err != nil {
+	if f.Prime != nil && !f.HandedOver() {
+		if err := r.copyEvents(ctx, target, f.Prime); err != nil {
+			// Only the events are late; the population goes on.
+			log.FromContext(ctx).Error(err, "copying the prime's and the workers' events to the claim")
+		}
+	}
+	if err := r.report(ctx, target, s); err != nil {
 		return ctrl.Result{}, err
 	}
-	if !state.Done() {
-		after := state.RetryAfter
-		waiting := prime.Status.Phase != corev1.ClaimBound || state.Phase == corev1.PodPending
+	if !s.result.Done {
+		after := s.result.RetryAfter
+		waiting := f.Prime != nil && (f.Prime.Status.Phase != corev1.ClaimBound || (s.pod != nil && s.pod.Phase == corev1.PodPending))
 		if waiting && (after == 0 || after > eventsPoll) {
 			// Nothing is watched that says why a prime stays unbound or a
 			// worker pending: look for their events now and then.
@@ -209,7 +189,46 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{RequeueAfter: after}, nil
 	}
-	return r.rebind(ctx, target, prime)
+	return ctrl.Result{}, r.finish(ctx, f, plan)
+}
+
+// PrimeLocator is a kind whose prime lives elsewhere than its target's
+// namespace (a clone's, next to its source).
+type PrimeLocator interface {
+	PrimeNamespace(target *corev1.PersistentVolumeClaim) string
+}
+
+func (r *Reconciler) primeKey(target *corev1.PersistentVolumeClaim) types.NamespacedName {
+	ns := target.Namespace
+	if l, ok := r.Kind.(PrimeLocator); ok {
+		ns = l.PrimeNamespace(target)
+	}
+	return types.NamespacedName{Namespace: ns, Name: PrimeName(target)}
+}
+
+// authorizeSource asks the kind, or else the ReferenceGrants, whether target
+// may use a source in another namespace. Nothing there is read before.
+func (r *Reconciler) authorizeSource(ctx context.Context, target *corev1.PersistentVolumeClaim) (bool, string, error) {
+	if a, ok := r.Kind.(SourceAuthorizer); ok {
+		return a.AuthorizeSource(ctx, target)
+	}
+	if r.Grants == nil {
+		ref := target.Spec.DataSourceRef
+		return false, fmt.Sprintf("%s %s/%s is in another namespace than the claim, and this controller checks no ReferenceGrants: cross-namespace sources are refused",
+			ref.Kind, SourceNamespace(target), ref.Name), nil
+	}
+	return r.Grants.Allowed(ctx, target)
+}
+
+// refuseSource tells the user why a cross-namespace source is not used: an
+// event (when the reason is new) and the running condition.
+func (r *Reconciler) refuseSource(ctx context.Context, target *corev1.PersistentVolumeClaim, msg string) error {
+	if target.Annotations[cdiv1.AnnRunningConditionMessage] != msg {
+		r.event(target, corev1.EventTypeWarning, "SourceNotAuthorized", "AuthorizeSource", msg)
+	}
+	return patchAnnotations(ctx, r.Client, target, map[string]string{
+		cdiv1.AnnRunningCondition: "false", cdiv1.AnnRunningConditionReason: "SourceNotAuthorized", cdiv1.AnnRunningConditionMessage: msg,
+	})
 }
 
 // checkPrerequisites makes sure the target can be populated before a prime is
@@ -235,7 +254,7 @@ func (r *Reconciler) checkPrerequisites(ctx context.Context, target *corev1.Pers
 	}
 	if msg := UnsupportedClass(sc); msg != "" {
 		r.event(target, corev1.EventTypeWarning, "UnsupportedStorageClass", "CheckStorageClass", msg)
-		return false, 0, r.setTargetAnnotations(ctx, target, map[string]string{
+		return false, 0, patchAnnotations(ctx, r.Client, target, map[string]string{
 			cdiv1.AnnRunningCondition: "false", cdiv1.AnnRunningConditionReason: "UnsupportedStorageClass", cdiv1.AnnRunningConditionMessage: msg,
 		})
 	}
@@ -246,109 +265,92 @@ func (r *Reconciler) checkPrerequisites(ctx context.Context, target *corev1.Pers
 	return true, 0, nil
 }
 
-// mirror copies the worker's state onto the target with CDI's annotation keys,
-// where the DataVolume controller and virtctl read it.
-func (r *Reconciler) mirror(ctx context.Context, target *corev1.PersistentVolumeClaim, s WorkerState) error {
-	running := "false"
-	if s.Phase == corev1.PodRunning {
-		running = "true"
+// report writes where the flow stands onto the target with CDI's annotation
+// keys, where the DataVolume controller and virtctl read it: the worker
+// pod's status (storage.pod.*) when a worker phase ran, the running
+// condition from the worker or from the phase that stopped the flow with a
+// reason, and the phase's name. A new permanent failure is also an event.
+func (r *Reconciler) report(ctx context.Context, target *corev1.PersistentVolumeClaim, s step) error {
+	ann := map[string]string{annPhase: s.phase}
+	if p := s.pod; p != nil {
+		running := "false"
+		if p.Phase == corev1.PodRunning {
+			running = "true"
+		}
+		ann[cdiv1.AnnPodPhase] = string(p.Phase)
+		ann[cdiv1.AnnPodReady] = strconv.FormatBool(p.Ready)
+		ann[cdiv1.AnnPodRestarts] = strconv.Itoa(int(p.Restarts))
+		ann[cdiv1.AnnRunningCondition] = running
+		ann[cdiv1.AnnRunningConditionReason] = s.podResult.Reason
+		ann[cdiv1.AnnRunningConditionMessage] = s.podResult.Message
+		if s.podResult.Progress != "" {
+			ann[cdiv1.AnnPopulatorProgress] = s.podResult.Progress
+		}
 	}
-	ann := map[string]string{
-		cdiv1.AnnPodPhase:                string(s.Phase),
-		cdiv1.AnnPodReady:                strconv.FormatBool(s.Ready),
-		cdiv1.AnnPodRestarts:             strconv.Itoa(int(s.Restarts)),
-		cdiv1.AnnRunningCondition:        running,
-		cdiv1.AnnRunningConditionReason:  s.Reason,
-		cdiv1.AnnRunningConditionMessage: s.Message,
+	if res := s.result; !res.Done && res.Pod == nil && res.Reason != "" {
+		ann[cdiv1.AnnRunningCondition] = "false"
+		ann[cdiv1.AnnRunningConditionReason] = res.Reason
+		ann[cdiv1.AnnRunningConditionMessage] = res.Message
+		if res.Progress != "" {
+			ann[cdiv1.AnnPopulatorProgress] = res.Progress
+		}
 	}
-	if s.Progress != "" {
-		ann[cdiv1.AnnPopulatorProgress] = s.Progress
+	if res := s.result; res.Permanent && !res.Done && target.Annotations[cdiv1.AnnRunningConditionMessage] != res.Message {
+		r.event(target, corev1.EventTypeWarning, res.Reason, s.phase, res.Message)
 	}
-	if s.Phase == corev1.PodFailed && s.Permanent && target.Annotations[cdiv1.AnnRunningConditionMessage] != s.Message {
-		r.event(target, corev1.EventTypeWarning, s.Reason, "Fill", s.Message)
-	}
-	return r.setTargetAnnotations(ctx, target, ann)
+	return patchAnnotations(ctx, r.Client, target, ann)
 }
 
-// rebind hands the filled volume from the prime to the target, then cleans up.
-func (r *Reconciler) rebind(ctx context.Context, target, prime *corev1.PersistentVolumeClaim) (ctrl.Result, error) {
-	var pv *corev1.PersistentVolume
-	if prime.Spec.VolumeName != "" {
-		pv = &corev1.PersistentVolume{}
-		if err := r.Client.Get(ctx, types.NamespacedName{Name: prime.Spec.VolumeName}, pv); err != nil {
-			return ctrl.Result{}, fmt.Errorf("reading volume %s of prime %s: %w", prime.Spec.VolumeName, prime.Name, err)
-		}
-	}
-	switch NextRebindStep(target, prime, pv) {
-	case RebindWait:
-		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
-	case RebindConflict:
-		msg := fmt.Sprintf("volume %s is claimed by neither this claim nor its prime %s; not rebinding", prime.Spec.VolumeName, prime.Name)
-		r.event(target, corev1.EventTypeWarning, "RebindConflict", "Rebind", msg)
-		return ctrl.Result{RequeueAfter: 30 * time.Second}, nil
-	case RebindPatchClaimRef:
-		patch := client.MergeFrom(pv.DeepCopy())
-		pv.Spec.ClaimRef = &corev1.ObjectReference{
-			Kind: "PersistentVolumeClaim", APIVersion: "v1",
-			Namespace: target.Namespace, Name: target.Name, UID: target.UID, ResourceVersion: target.ResourceVersion,
-		}
-		if pv.Annotations == nil {
-			pv.Annotations = map[string]string{}
-		}
-		pv.Annotations[cdiv1.AnnPopulatedFor] = target.Name
-		if err := r.Client.Patch(ctx, pv, patch); err != nil {
-			return ctrl.Result{}, fmt.Errorf("pointing volume %s at claim %s: %w", pv.Name, target.Name, err)
-		}
-		r.event(target, corev1.EventTypeNormal, "Rebind", "Rebind", fmt.Sprintf("volume %s filled; binding it to this claim", pv.Name))
-		return ctrl.Result{RequeueAfter: time.Second}, nil
-	case RebindWaitForBind:
-		return ctrl.Result{RequeueAfter: time.Second}, nil
-	}
-	return r.finish(ctx, target, prime)
-}
-
-// finish runs once the target is bound to the filled volume: the workers and
-// the prime go, and the target is marked populated.
-func (r *Reconciler) finish(ctx context.Context, target, prime *corev1.PersistentVolumeClaim) (ctrl.Result, error) {
+// finish runs once every phase is done, the target bound to the filled
+// volume: the phases clean up, the target is marked populated, the prime goes.
+func (r *Reconciler) finish(ctx context.Context, f *Flow, plan []Phase) error {
+	target, prime := f.Target, f.Prime
 	retain := target.Annotations[cdiv1.AnnPodRetainAfterCompletion] == "true"
-	if err := r.Kind.Cleanup(ctx, prime, retain); err != nil {
-		return ctrl.Result{}, fmt.Errorf("cleaning up the workers of %s: %w", prime.Name, err)
+	if err := cleanupPlan(ctx, f, plan, retain); err != nil {
+		return fmt.Errorf("cleaning up the workers of %s: %w", prime.Name, err)
 	}
-	if err := r.setTargetAnnotations(ctx, target, map[string]string{
+	if err := patchAnnotations(ctx, r.Client, target, map[string]string{
 		cdiv1.AnnPopulatedFor:      target.Name,
 		cdiv1.AnnPopulatorProgress: FormatProgress(100, true),
 	}); err != nil {
-		return ctrl.Result{}, err
+		return err
 	}
 	if err := r.Client.Delete(ctx, prime); client.IgnoreNotFound(err) != nil {
-		return ctrl.Result{}, fmt.Errorf("deleting prime %s: %w", prime.Name, err)
+		return fmt.Errorf("deleting prime %s: %w", prime.Name, err)
 	}
 	r.event(target, corev1.EventTypeNormal, "Populated", "Finish", "claim populated; temporary prime and workers removed")
-	return ctrl.Result{}, nil
+	return nil
 }
 
-// setTargetAnnotations merges ann into the target's annotations when any differ.
-func (r *Reconciler) setTargetAnnotations(ctx context.Context, target *corev1.PersistentVolumeClaim, ann map[string]string) error {
-	changed := false
-	for k, v := range ann {
-		if target.Annotations[k] != v {
-			changed = true
+// finalize keeps the kind's finalizer on a live target and, once the target
+// is being deleted, lets the kind remove what owner references cannot reach
+// before it lets the target go. stop says the reconcile is over.
+func (r *Reconciler) finalize(ctx context.Context, target *corev1.PersistentVolumeClaim, fin Finalizer) (stop bool, err error) {
+	name := fin.FinalizerName()
+	has := controllerutil.ContainsFinalizer(target, name)
+	if target.DeletionTimestamp == nil {
+		if has {
+			return false, nil
 		}
+		patch := client.MergeFrom(target.DeepCopy())
+		controllerutil.AddFinalizer(target, name)
+		if err := r.Client.Patch(ctx, target, patch); err != nil {
+			return true, fmt.Errorf("adding finalizer %s to claim %s: %w", name, target.Name, err)
+		}
+		return false, nil
 	}
-	if !changed {
-		return nil
+	if !has {
+		return true, nil
+	}
+	if err := fin.Finalize(ctx, target); err != nil {
+		return true, fmt.Errorf("finalizing claim %s: %w", target.Name, err)
 	}
 	patch := client.MergeFrom(target.DeepCopy())
-	if target.Annotations == nil {
-		target.Annotations = map[string]string{}
-	}
-	for k, v := range ann {
-		target.Annotations[k] = v
-	}
+	controllerutil.RemoveFinalizer(target, name)
 	if err := r.Client.Patch(ctx, target, patch); err != nil {
-		return fmt.Errorf("annotating claim %s: %w", target.Name, err)
+		return true, fmt.Errorf("removing finalizer %s from claim %s: %w", name, target.Name, err)
 	}
-	return nil
+	return true, nil
 }
 
 func (r *Reconciler) event(obj client.Object, eventType, reason, action, note string) {

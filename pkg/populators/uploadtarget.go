@@ -15,22 +15,15 @@ import (
 )
 
 // IsUploadTarget says whether a claim asks for an upload the way CDI did
-// before populators, and as `virtctl image-upload pvc` still does: annotated
-// cdi.kubevirt.io/storage.upload.target, with no dataSourceRef. Such a claim
-// is filled in place by an upload pod that mounts it; there is no prime.
-// A populator's PVC-prime carries the annotation too (clients follow
-// storage.populator.pvcPrime to it), but the populator fills it.
-func IsUploadTarget(pvc *corev1.PersistentVolumeClaim) bool {
-	_, annotated := pvc.Annotations[cdiv1.AnnUploadRequest]
-	_, prime := pvc.Annotations[cdiv1.AnnPopulatorKind]
-	return annotated && !prime && pvc.Spec.DataSourceRef == nil && pvc.Spec.DataSource == nil
-}
+// before populators, and as `virtctl image-upload pvc` still does; see
+// cdiv1.IsInPlaceUploadTarget.
+func IsUploadTarget(pvc *corev1.PersistentVolumeClaim) bool { return cdiv1.IsInPlaceUploadTarget(pvc) }
 
-// UploadTargetReconciler fills upload-target claims in place. It shares the
-// upload populator's kind (pod, Service, Secret, progress) and the way it
-// reports on the claim; only the prime and the rebind are left out.
+// UploadTargetReconciler fills upload-target claims in place. It runs the
+// upload populator's plan without the prime and the rebind (serving, then
+// the upload pod on the claim itself) and reports on the claim the same way.
 type UploadTargetReconciler struct {
-	// Populator is the upload populator; its Kind must be an *UploadKind.
+	// Populator is the upload populator.
 	Populator *Reconciler
 }
 
@@ -48,6 +41,19 @@ func (r *UploadTargetReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
+// inPlacePlan is a plan without the phases that make and hand over a prime.
+func inPlacePlan(plan []Phase) []Phase {
+	var out []Phase
+	for _, p := range plan {
+		switch p.(type) {
+		case *PrimePhase, *RebindPhase:
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
 // Reconcile starts the claim's upload pod, mirrors its state onto the claim
 // (storage.pod.ready, storage.pod.phase: what virtctl waits for), and
 // removes the pod, its Service and its Secret once the upload succeeded.
@@ -60,25 +66,29 @@ func (r *UploadTargetReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if !IsUploadTarget(pvc) || pvc.DeletionTimestamp != nil {
 		return ctrl.Result{}, nil
 	}
+	f := &Flow{Target: pvc, Prime: pvc, InPlace: true, Kind: p.Kind.Name(), Client: p.Client,
+		PrimeKey: client.ObjectKeyFromObject(pvc),
+		Event:    func(eventType, reason, action, note string) { p.event(pvc, eventType, reason, action, note) }}
+	plan := inPlacePlan(p.Kind.Plan())
 	retain := pvc.Annotations[cdiv1.AnnPodRetainAfterCompletion] == "true"
 	if pvc.Annotations[cdiv1.AnnPodPhase] == string(corev1.PodSucceeded) {
 		// Done earlier; the cleanup may not have finished.
-		return ctrl.Result{}, p.Kind.Cleanup(ctx, pvc, retain)
+		return ctrl.Result{}, cleanupPlan(ctx, f, plan, retain)
 	}
-	state, err := p.Kind.Fill(ctx, pvc, pvc, nil)
+	s, err := runPlan(ctx, f, plan)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("filling claim %s in place: %w", pvc.Name, err)
 	}
-	if state.Done() {
-		state.Progress = FormatProgress(100, true)
+	if s.result.Done && s.pod != nil {
+		s.podResult.Progress = FormatProgress(100, true)
 	}
-	if err := p.mirror(ctx, pvc, state); err != nil {
+	if err := p.report(ctx, pvc, s); err != nil {
 		return ctrl.Result{}, err
 	}
-	if !state.Done() {
-		return ctrl.Result{RequeueAfter: state.RetryAfter}, nil
+	if !s.result.Done {
+		return ctrl.Result{RequeueAfter: s.result.RetryAfter}, nil
 	}
-	if err := p.Kind.Cleanup(ctx, pvc, retain); err != nil {
+	if err := cleanupPlan(ctx, f, plan, retain); err != nil {
 		return ctrl.Result{}, fmt.Errorf("cleaning up the upload pod of %s: %w", pvc.Name, err)
 	}
 	p.event(pvc, corev1.EventTypeNormal, "UploadSucceeded", "Finish", "upload written to the claim; upload pod removed")

@@ -1,0 +1,65 @@
+package populators
+
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+	"github.com/kubefill/kubefill/pkg/contract"
+)
+
+// PodState reads a worker pod's state as a kubelet reports it: Pod is its
+// status, and a terminated container's termination message (the worker
+// contract's) gives the reason and message. A pod that exits 0 without the
+// contract's Succeeded outcome has not succeeded, whichever worker it runs:
+// only a worker that fsynced its data says so.
+func PodState(pod *corev1.Pod) Result {
+	st := &PodStatus{Phase: pod.Status.Phase}
+	s := Result{Pod: st}
+	worker := pod.Labels[cdiv1.LabelComponent]
+	if worker == "" {
+		worker = "worker"
+	}
+	for _, cond := range pod.Status.Conditions {
+		switch {
+		case cond.Type == corev1.PodReady:
+			st.Ready = cond.Status == corev1.ConditionTrue
+		case cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse:
+			s.Reason, s.Message = cond.Reason, cond.Message
+		}
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		st.Restarts += cs.RestartCount
+		switch {
+		case cs.State.Waiting != nil && cs.State.Waiting.Reason != "":
+			s.Reason, s.Message = cs.State.Waiting.Reason, cs.State.Waiting.Message
+		case cs.State.Running != nil:
+			s.Reason = cdiv1.ReasonTransferRunning
+		case cs.State.Terminated != nil:
+			term := cs.State.Terminated
+			msg, parsed := contract.DecodeTermination(term.Message)
+			if parsed && msg.Message != nil {
+				s.Message = *msg.Message
+			} else {
+				s.Message = strings.TrimSpace(term.Message)
+			}
+			switch {
+			case term.ExitCode == 0 && parsed && msg.Outcome == contract.OutcomeSucceeded:
+				st.Phase, s.Reason = corev1.PodSucceeded, cdiv1.ReasonCompleted
+			case term.ExitCode == 0:
+				st.Phase, s.Reason = corev1.PodFailed, cdiv1.ReasonError
+				s.Message = fmt.Sprintf("the %s exited without reporting success; its data is not trusted", worker)
+			default:
+				st.Phase, s.Reason = corev1.PodFailed, cdiv1.ReasonError
+				s.Permanent = msg.Permanent != nil && *msg.Permanent
+				if s.Message == "" {
+					s.Message = fmt.Sprintf("the %s exited with code %d (%s)", worker, term.ExitCode, term.Reason)
+				}
+			}
+		}
+	}
+	s.Done = st.Phase == corev1.PodSucceeded
+	return s
+}

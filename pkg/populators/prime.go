@@ -1,0 +1,60 @@
+package populators
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+)
+
+// PrimePhase makes the PVC-prime: the target's copy that the workers fill
+// before its volume moves to the target.
+type PrimePhase struct {
+	// Prepare records on a new prime what the kind's worker needs from the
+	// source. An error is the user's to fix and is shown on the target.
+	Prepare func(target *corev1.PersistentVolumeClaim, source client.Object, prime *corev1.PersistentVolumeClaim) error
+}
+
+// Name implements Phase.
+func (p *PrimePhase) Name() string { return "prime" }
+
+// Reconcile implements Phase: done once the prime exists.
+func (p *PrimePhase) Reconcile(ctx context.Context, f *Flow) (Result, error) {
+	if f.Prime == nil {
+		prime := newPrimeIn(f.Target, f.Kind, f.PrimeKey.Namespace)
+		if p.Prepare != nil {
+			if err := p.Prepare(f.Target, f.Source, prime); err != nil {
+				return Result{Reason: "InvalidSource", Message: err.Error(), Permanent: true}, nil
+			}
+		}
+		if err := f.Client.Create(ctx, prime); err != nil && !apierrors.IsAlreadyExists(err) {
+			return Result{}, fmt.Errorf("creating prime %s: %w", prime.Name, err)
+		}
+		f.Prime = prime
+		f.event(corev1.EventTypeNormal, "PrimeCreated", "CreatePrime", fmt.Sprintf("created PVC-prime %s to fill this claim", prime.Name))
+	}
+	// Clients that follow storage.populator.pvcPrime (the upload proxy,
+	// virtctl) find the prime through it.
+	if err := patchAnnotations(ctx, f.Client, f.Target, map[string]string{cdiv1.AnnPVCPrimeName: f.Prime.Name}); err != nil {
+		return Result{}, err
+	}
+	return Result{Done: true}, nil
+}
+
+// newPrimeIn is NewPrime for a prime in namespace. A prime in another
+// namespace than its target's (a clone's, next to its source) cannot be
+// owned by the target: it names its target in annTargetName instead, and
+// the kind's Finalizer removes it.
+func newPrimeIn(target *corev1.PersistentVolumeClaim, kind, namespace string) *corev1.PersistentVolumeClaim {
+	prime := NewPrime(target, kind)
+	if namespace != "" && namespace != target.Namespace {
+		prime.Namespace = namespace
+		prime.OwnerReferences = nil
+		prime.Annotations[annTargetName] = targetRef(target.Namespace, target.Name, namespace)
+	}
+	return prime
+}

@@ -1,0 +1,262 @@
+package populators
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+	"github.com/kubefill/kubefill/pkg/contract"
+)
+
+// Worker is a kind's part of its worker pod: the container and what to read
+// from it. Everything else about the pod is the WorkerPhase's.
+type Worker interface {
+	// PodName names the worker pod of a prime (CDI's names).
+	PodName(prime *corev1.PersistentVolumeClaim) string
+	// WorkerSpec renders the kind's container and extra volumes for the
+	// flow's prime, with the cluster's CDIConfig (never nil).
+	WorkerSpec(ctx context.Context, f *Flow, config *cdiv1.CDIConfig) (WorkerSpec, error)
+	// Observe adds what only the kind knows to an existing pod's result:
+	// progress, when to look again, readiness to record. res has the retry
+	// decision applied (a replaced pod shows Pending, Reason "Retrying").
+	Observe(ctx context.Context, f *Flow, pod *corev1.Pod, res *Result) error
+}
+
+// WorkerSpec is what a kind puts in its worker pod.
+type WorkerSpec struct {
+	// Component is the pod's app.kubernetes.io/component and cdi.kubevirt.io
+	// label value ("importer", "upload-server").
+	Component string
+	// Noun names the pod in messages ("importer pod").
+	Noun string
+	// Container has the kind's name, command, args, env, ports, probes and
+	// mounts of its extra volumes. Image, pull policy, resources, the
+	// termination message and the data and scratch volumes are added.
+	Container corev1.Container
+	// Volumes are the kind's extra volumes (certificates, TLS).
+	Volumes []corev1.Volume
+	// Labels are added to the pod's (a Service may select on them).
+	Labels map[string]string
+}
+
+// reasonRetrying is a replaced worker's reason: it failed and a new one starts.
+const reasonRetrying = "Retrying"
+
+// WorkerPhase runs a kind's worker pod on the prime until it succeeds, and
+// starts it again after a retryable failure as its RetryPolicy says. The
+// importer pod, the upload pod and the clone source pod are all run by it.
+type WorkerPhase struct {
+	Client client.Client
+	Worker Worker
+	// Image is the container image holding the kubefill binary; empty is
+	// contract.DefaultImage.
+	Image      string
+	PullPolicy corev1.PullPolicy
+	// Placement puts worker pods on nodes (CDI's workload placement).
+	Placement cdiv1.NodePlacement
+	Retry     RetryPolicy
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Name implements Phase.
+func (w *WorkerPhase) Name() string { return "worker" }
+
+// Reconcile implements Phase: it reads the worker pod and starts, replaces
+// or leaves it; the result always carries the pod's status.
+func (w *WorkerPhase) Reconcile(ctx context.Context, f *Flow) (Result, error) {
+	if f.HandedOver() {
+		return Result{Done: true}, nil // the data has moved on; never start a worker again
+	}
+	prime := f.Prime
+	st := parsePrimeState(prime.Annotations)
+	name := w.Worker.PodName(prime)
+	pod := &corev1.Pod{}
+	err := w.Client.Get(ctx, types.NamespacedName{Namespace: prime.Namespace, Name: name}, pod)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return Result{}, fmt.Errorf("reading worker pod %s: %w", name, err)
+	}
+	if err == nil {
+		return w.observe(ctx, f, pod, st)
+	}
+
+	// No pod: start one unless the last one's backoff is still running.
+	failedSoFar := int32(st.Attempts)
+	if d := decideRetry(w.Retry, st, nil, w.now()); d.Action == holdOff {
+		return Result{Pod: &PodStatus{Restarts: failedSoFar}, Reason: "Backoff", Message: d.Message, RetryAfter: d.Wait}, nil
+	}
+	config := &cdiv1.CDIConfig{}
+	if err := w.Client.Get(ctx, types.NamespacedName{Name: cdiv1.CDIConfigName}, config); client.IgnoreNotFound(err) != nil {
+		return Result{}, fmt.Errorf("reading CDIConfig: %w", err)
+	}
+	spec, err := w.Worker.WorkerSpec(ctx, f, config)
+	if err != nil {
+		return Result{}, err
+	}
+	pod = w.render(f, name, spec, config)
+	restarts := int32(max(st.Attempts-1, 0))
+	if err := w.Client.Create(ctx, pod); err != nil && !apierrors.IsAlreadyExists(err) {
+		if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
+			// The user can fix these (quota, priority class, policy): tell them.
+			return Result{Pod: &PodStatus{Restarts: restarts}, Reason: "ErrStartingPod",
+				Message: "cannot start the " + spec.Noun + ": " + err.Error(), RetryAfter: 30 * time.Second}, nil
+		}
+		return Result{}, fmt.Errorf("creating %s: %w", spec.Noun, err)
+	}
+	st.Attempts++
+	st.RetryNotBefore = time.Time{}
+	if err := savePrimeState(ctx, w.Client, prime, st); err != nil {
+		return Result{}, err
+	}
+	return Result{Pod: &PodStatus{Phase: corev1.PodPending, Restarts: int32(st.Attempts - 1)}, Reason: "Pending", RetryAfter: 5 * time.Second}, nil
+}
+
+// observe reads an existing worker pod, replaces it when it failed and may
+// run again, and lets the kind add progress.
+func (w *WorkerPhase) observe(ctx context.Context, f *Flow, pod *corev1.Pod, st primeState) (Result, error) {
+	res := PodState(pod)
+	res.Pod.Restarts += int32(max(st.Attempts-1, 0))
+	if res.Pod.Phase == corev1.PodFailed {
+		d := decideRetry(w.Retry, st, &workerFailure{Message: res.Message, Permanent: res.Permanent}, w.now())
+		switch d.Action {
+		case retryWorker:
+			if d.Wait > 0 {
+				st.RetryNotBefore = w.now().Add(d.Wait)
+				if err := savePrimeState(ctx, w.Client, f.Prime, st); err != nil {
+					return Result{}, err
+				}
+			}
+			if err := w.Client.Delete(ctx, pod); client.IgnoreNotFound(err) != nil {
+				return Result{}, fmt.Errorf("deleting failed worker pod %s: %w", pod.Name, err)
+			}
+			// A failure that will be retried is not the population's end: say so.
+			res.Pod.Phase, res.Pod.Ready, res.Reason, res.Message = corev1.PodPending, false, reasonRetrying, d.Message
+			res.Pod.Restarts++
+			res.RetryAfter = d.Wait
+			if d.Wait == 0 {
+				res.RetryAfter = 5 * time.Second
+			}
+		case giveUp:
+			res.Permanent, res.Message = true, d.Message
+		}
+	}
+	if err := w.Worker.Observe(ctx, f, pod, &res); err != nil {
+		return Result{}, err
+	}
+	return res, nil
+}
+
+// render builds the worker pod: the kind's container with the image, the
+// CDIConfig's resources, the prime as a block device or a filesystem at
+// /data, scratch bounded by the claim's size, the shared labels, the target
+// as owner, the priority class and placement, and no restarts (the phase
+// decides retries).
+func (w *WorkerPhase) render(f *Flow, name string, spec WorkerSpec, config *cdiv1.CDIConfig) *corev1.Pod {
+	target, prime := f.Target, f.Prime
+	size := prime.Spec.Resources.Requests[corev1.ResourceStorage]
+	c := spec.Container
+	c.Image = w.Image
+	if c.Image == "" {
+		c.Image = contract.DefaultImage
+	}
+	c.ImagePullPolicy = w.PullPolicy
+	c.TerminationMessagePath = corev1.TerminationMessagePathDefault
+	c.TerminationMessagePolicy = corev1.TerminationMessageReadFile
+	if config.Status.DefaultPodResourceRequirements != nil {
+		c.Resources = *config.Status.DefaultPodResourceRequirements.DeepCopy()
+	}
+	mounts := []corev1.VolumeMount{}
+	if ptr.Deref(prime.Spec.VolumeMode, "") == corev1.PersistentVolumeBlock {
+		c.VolumeDevices = append([]corev1.VolumeDevice{{Name: contract.DataVolumeName, DevicePath: contract.BlockPath}}, c.VolumeDevices...)
+	} else {
+		mounts = append(mounts, corev1.VolumeMount{Name: contract.DataVolumeName, MountPath: contract.DataDir})
+	}
+	// Scratch for the formats converted from a local file (vmdk, vdi, vhd,
+	// vhdx, registry layers, an uploaded qcow2): bounded by the claim's size.
+	mounts = append(mounts, corev1.VolumeMount{Name: contract.ScratchVolumeName, MountPath: contract.ScratchDir})
+	c.VolumeMounts = append(mounts, c.VolumeMounts...)
+	volumes := append([]corev1.Volume{
+		{Name: contract.DataVolumeName, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: prime.Name}}},
+		{Name: contract.ScratchVolumeName, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &size}}},
+	}, spec.Volumes...)
+	labels := workerLabels(target, spec.Component)
+	for k, v := range spec.Labels {
+		labels[k] = v
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        name,
+			Namespace:   prime.Namespace,
+			Labels:      labels,
+			Annotations: map[string]string{annTargetName: targetRef(target.Namespace, target.Name, prime.Namespace)},
+			// The target owns the pod, not the prime: the prime's pvc-protection
+			// finalizer waits for the pod, and a pod owned by the prime would wait
+			// for the prime, so deleting the target would never finish.
+			OwnerReferences: ownedBy(target, prime.Namespace),
+		},
+		Spec: corev1.PodSpec{
+			Containers:        []corev1.Container{c},
+			Volumes:           volumes,
+			RestartPolicy:     corev1.RestartPolicyNever,
+			PriorityClassName: prime.Annotations[cdiv1.AnnPriorityClassName],
+			NodeSelector:      w.Placement.NodeSelector,
+			Affinity:          w.Placement.Affinity,
+			Tolerations:       w.Placement.Tolerations,
+		},
+	}
+}
+
+// Cleanup implements Cleaner: the worker pod is deleted, unless retained;
+// then it is detached from the target so that it outlives it.
+func (w *WorkerPhase) Cleanup(ctx context.Context, f *Flow, retain bool) error {
+	pod := &corev1.Pod{}
+	if err := w.Client.Get(ctx, types.NamespacedName{Namespace: f.Prime.Namespace, Name: w.Worker.PodName(f.Prime)}, pod); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if !retain {
+		return client.IgnoreNotFound(w.Client.Delete(ctx, pod))
+	}
+	patch := client.MergeFrom(pod.DeepCopy())
+	pod.OwnerReferences = nil
+	return client.IgnoreNotFound(w.Client.Patch(ctx, pod, patch))
+}
+
+func (w *WorkerPhase) now() time.Time {
+	if w.Now != nil {
+		return w.Now()
+	}
+	return time.Now()
+}
+
+// ownedBy makes target the controller owner of an object in namespace. Owner
+// references cannot cross namespaces: an object in another namespace (a
+// clone's prime in the source namespace) gets none, and is found through its
+// cdi.kubevirt.io/OwnedByUID label by the kind's Finalizer instead.
+func ownedBy(target *corev1.PersistentVolumeClaim, namespace string) []metav1.OwnerReference {
+	if namespace != target.Namespace {
+		return nil
+	}
+	return []metav1.OwnerReference{{
+		APIVersion: "v1", Kind: "PersistentVolumeClaim", Name: target.Name, UID: target.UID,
+		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+	}}
+}
+
+// workerLabels are the labels of a worker pod and the objects serving it.
+func workerLabels(target *corev1.PersistentVolumeClaim, component string) map[string]string {
+	return map[string]string{
+		cdiv1.LabelApp:          cdiv1.LabelAppValue,
+		cdiv1.LabelComponent:    component,
+		cdiv1.LabelOwnedByUID:   string(target.UID),
+		cdiv1.LabelAppComponent: component,
+		cdiv1.LabelAppManagedBy: "kubefill",
+	}
+}

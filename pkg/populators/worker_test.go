@@ -1,0 +1,204 @@
+package populators
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+	"github.com/kubefill/kubefill/pkg/contract"
+)
+
+func testScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(cdiv1.AddToScheme(s))
+	return s
+}
+
+// testFlow is a target, its prime and a source in one namespace, with a
+// CDIConfig that sets worker resources.
+func testFlow(t *testing.T, mode corev1.PersistentVolumeMode, source client.Object) (*Flow, client.Client) {
+	t.Helper()
+	target := claim(nil, map[string]string{cdiv1.AnnPriorityClassName: "high"})
+	target.Spec.VolumeMode = &mode
+	prime := NewPrime(target, "test")
+	prime.UID = "p-1"
+	config := &cdiv1.CDIConfig{ObjectMeta: metav1.ObjectMeta{Name: cdiv1.CDIConfigName}, Status: cdiv1.CDIConfigStatus{
+		DefaultPodResourceRequirements: &corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("600M")}}}}
+	c := fake.NewClientBuilder().WithScheme(testScheme()).WithObjects(target, prime, config).Build()
+	return &Flow{Target: target, Prime: prime, Source: source, Client: c, Kind: "test"}, c
+}
+
+func TestWorkerPodOfTheImporter(t *testing.T) {
+	src := &cdiv1.VolumeImportSource{Spec: cdiv1.VolumeImportSourceSpec{Source: &cdiv1.ImportSourceType{HTTP: &cdiv1.DataVolumeSourceHTTP{
+		URL: "https://x/disk.qcow2", CertConfigMap: "ca", SecretExtraHeaders: []string{"hdr"}}}}}
+	for _, mode := range []corev1.PersistentVolumeMode{corev1.PersistentVolumeFilesystem, corev1.PersistentVolumeBlock} {
+		f, c := testFlow(t, mode, src)
+		kind := &ImportKind{Client: c, Image: "img:1", MetricsPort: 8443}
+		w := kind.Plan()[1].(*WorkerPhase)
+		res, err := w.Reconcile(context.Background(), f)
+		if err != nil || res.Pod == nil || res.Pod.Phase != corev1.PodPending {
+			t.Fatalf("%s: Reconcile = %+v, %v", mode, res, err)
+		}
+		pod := &corev1.Pod{}
+		if err := c.Get(context.Background(), client.ObjectKey{Namespace: "vms", Name: "importer-prime-u-1"}, pod); err != nil {
+			t.Fatalf("%s: importer pod: %v", mode, err)
+		}
+		checkWorkerPod(t, pod, f, "importer", "importer", mode)
+		env := map[string]string{}
+		for _, e := range pod.Spec.Containers[0].Env {
+			env[e.Name] = e.Value
+		}
+		if env[contract.EnvSource] != "http" || env[contract.EnvEndpoint] != "https://x/disk.qcow2" || env[contract.EnvOwnerUID] != "u-1" ||
+			env[contract.EnvCertDir] != contract.CertDir || env[contract.EnvSecretExtraHeadersDir] != contract.SecretHeadersDir || env[contract.EnvImageSize] != "2Gi" {
+			t.Errorf("%s: importer env %v", mode, env)
+		}
+		if a := strings.Join(pod.Spec.Containers[0].Args, " "); a != "--metrics-addr :8443" {
+			t.Errorf("importer args %q", a)
+		}
+		mounts := mountsOf(pod)
+		if mounts[contract.CertDir] != contract.CertVolumeName || mounts[contract.SecretHeadersDir+"/secret-0"] == "" {
+			t.Errorf("%s: importer mounts %v", mode, mounts)
+		}
+		if got := parsePrimeState(f.Prime.Annotations).Attempts; got != 1 {
+			t.Errorf("attempts %d after the first pod, want 1", got)
+		}
+	}
+}
+
+func TestWorkerPodOfTheUploadServer(t *testing.T) {
+	f, c := testFlow(t, corev1.PersistentVolumeFilesystem, &cdiv1.VolumeUploadSource{})
+	kind := &UploadKind{Client: c, Namespace: "kubefill", Image: "img:1"}
+	if _, err := kind.worker().Reconcile(context.Background(), f); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: "vms", Name: "cdi-upload-prime-u-1"}, pod); err != nil {
+		t.Fatalf("upload pod: %v", err)
+	}
+	checkWorkerPod(t, pod, f, "cdi-upload-server", "upload-server", corev1.PersistentVolumeFilesystem)
+	if pod.Labels[LabelUploadTarget] != f.Prime.Name {
+		t.Errorf("upload pod labels %v: want %s=%s for its Service", pod.Labels, LabelUploadTarget, f.Prime.Name)
+	}
+	if mountsOf(pod)[contract.UploadTLSDir] != contract.UploadTLSVolume {
+		t.Errorf("upload pod mounts %v", mountsOf(pod))
+	}
+	if p := pod.Spec.Containers[0].ReadinessProbe; p == nil || p.HTTPGet.Path != "/healthz" {
+		t.Errorf("readiness probe %+v", p)
+	}
+}
+
+func mountsOf(pod *corev1.Pod) map[string]string {
+	m := map[string]string{}
+	for _, v := range pod.Spec.Containers[0].VolumeMounts {
+		m[v.MountPath] = v.Name
+	}
+	return m
+}
+
+// checkWorkerPod checks what every worker pod shares.
+func checkWorkerPod(t *testing.T, pod *corev1.Pod, f *Flow, container, component string, mode corev1.PersistentVolumeMode) {
+	t.Helper()
+	c := pod.Spec.Containers[0]
+	if c.Name != container || c.Image != "img:1" || c.Command[0] != "kubefill" || c.Resources.Limits.Memory().String() != "600M" ||
+		c.TerminationMessagePolicy != corev1.TerminationMessageReadFile {
+		t.Errorf("container %s image %s command %v resources %v", c.Name, c.Image, c.Command, c.Resources)
+	}
+	mounts := mountsOf(pod)
+	if mode == corev1.PersistentVolumeBlock {
+		if len(c.VolumeDevices) != 1 || c.VolumeDevices[0].DevicePath != contract.BlockPath || mounts[contract.DataDir] != "" {
+			t.Errorf("block data volume: devices %+v mounts %v", c.VolumeDevices, mounts)
+		}
+	} else if mounts[contract.DataDir] != contract.DataVolumeName || len(c.VolumeDevices) != 0 {
+		t.Errorf("filesystem data volume: mounts %v", mounts)
+	}
+	if mounts[contract.ScratchDir] != contract.ScratchVolumeName {
+		t.Errorf("no scratch mount: %v", mounts)
+	}
+	vols := map[string]corev1.Volume{}
+	for _, v := range pod.Spec.Volumes {
+		vols[v.Name] = v
+	}
+	if v := vols[contract.DataVolumeName]; v.PersistentVolumeClaim == nil || v.PersistentVolumeClaim.ClaimName != f.Prime.Name {
+		t.Errorf("data volume %+v", v)
+	}
+	if v := vols[contract.ScratchVolumeName]; v.EmptyDir == nil || v.EmptyDir.SizeLimit.String() != "2Gi" {
+		t.Errorf("scratch volume %+v, want an emptyDir bounded by the claim's 2Gi", v)
+	}
+	if pod.Labels[cdiv1.LabelComponent] != component || pod.Labels[cdiv1.LabelOwnedByUID] != "u-1" || pod.Labels[cdiv1.LabelApp] != cdiv1.LabelAppValue {
+		t.Errorf("labels %v", pod.Labels)
+	}
+	if !metav1.IsControlledBy(pod, f.Target) || pod.Annotations[annTargetName] != f.Target.Name {
+		t.Errorf("owners %+v annotations %v: want the target", pod.OwnerReferences, pod.Annotations)
+	}
+	if pod.Spec.RestartPolicy != corev1.RestartPolicyNever || pod.Spec.PriorityClassName != "high" {
+		t.Errorf("restart policy %s priority class %q", pod.Spec.RestartPolicy, pod.Spec.PriorityClassName)
+	}
+}
+
+// TestWorkerRetries runs a worker through a failure, the backoff, a second
+// pod and a permanent failure, as the kubelet would report them.
+func TestWorkerRetries(t *testing.T) {
+	ctx := context.Background()
+	f, c := testFlow(t, corev1.PersistentVolumeFilesystem, &cdiv1.VolumeImportSource{Spec: cdiv1.VolumeImportSourceSpec{
+		Source: &cdiv1.ImportSourceType{Blank: &cdiv1.DataVolumeBlankImage{}}}})
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	kind := &ImportKind{Client: c, MaxRetries: 3, Backoff: 10 * time.Second, Now: func() time.Time { return now }}
+	w := kind.Plan()[1].(*WorkerPhase)
+	key := client.ObjectKey{Namespace: "vms", Name: "importer-prime-u-1"}
+	fail := func(msg string) {
+		t.Helper()
+		pod := &corev1.Pod{}
+		if err := c.Get(ctx, key, pod); err != nil {
+			t.Fatal(err)
+		}
+		pod.Status = terminated(1, msg).Status
+		if err := c.Status().Update(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step := func(want string) Result {
+		t.Helper()
+		res, err := w.Reconcile(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := res.Reason + ": " + res.Message; !strings.Contains(got, want) {
+			t.Errorf("result %q (restarts %d), want %q", got, res.Pod.Restarts, want)
+		}
+		return res
+	}
+	step("Pending")
+	fail(`{"outcome":"Failed","message":"connection reset"}`)
+	if res := step("Retrying: attempt 1 failed: connection reset; retrying in 10s"); res.Pod.Restarts != 1 || res.RetryAfter != 10*time.Second {
+		t.Errorf("retry: restarts %d, after %s", res.Pod.Restarts, res.RetryAfter)
+	}
+	if err := c.Get(ctx, key, &corev1.Pod{}); err == nil {
+		t.Error("the failed pod was not removed")
+	}
+	if res := step("Backoff"); res.Pod.Restarts != 1 || res.RetryAfter != 10*time.Second {
+		t.Errorf("backoff: restarts %d, after %s", res.Pod.Restarts, res.RetryAfter)
+	}
+	now = now.Add(11 * time.Second)
+	if res := step("Pending"); res.Pod.Restarts != 1 {
+		t.Errorf("second pod: restarts %d", res.Pod.Restarts)
+	}
+	fail(`{"outcome":"Failed","message":"checksum mismatch","permanent":true}`)
+	if res := step("checksum mismatch"); !res.Permanent || res.Pod.Phase != corev1.PodFailed {
+		t.Errorf("permanent failure: %+v", res)
+	}
+	if err := c.Get(ctx, key, &corev1.Pod{}); err != nil {
+		t.Errorf("a permanently failed pod is kept for the user to read: %v", err)
+	}
+}
