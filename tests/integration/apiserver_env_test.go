@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -178,25 +179,19 @@ func (e *aggEnv) startServer(t *testing.T, webhooks bool) *runningServer {
 	})
 	// Ready once the auth ConfigMap and the signing key are loaded.
 	hc := rs.httpClient(t, nil)
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		resp, err := hc.Get("https://" + rs.addr + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
+	kit.Eventually(t, 90*time.Second, 50*time.Millisecond, "the apiserver to be ready", func() (bool, string, error) {
 		select {
 		case err := <-done:
 			t.Fatalf("apiserver.Run exited early: %v", err)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("apiserver not ready within 90s (last error %v)", err)
+		resp, err := hc.Get("https://" + rs.addr + "/readyz")
+		if err != nil {
+			return false, "", err
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, fmt.Sprintf("/readyz answered %d", resp.StatusCode), nil
+	})
 	return rs
 }
 

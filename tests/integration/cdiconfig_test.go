@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 	"github.com/kubefill/kubefill/pkg/controller"
+	"github.com/kubefill/kubefill/tests/kit"
 )
 
 // readConfig reads the CDIConfig singleton; ok is false while it is missing.
@@ -40,7 +42,7 @@ func deleteConfig(t *testing.T) {
 	if err != nil && !apierrors.IsNotFound(err) {
 		t.Fatalf("deleting CDIConfig: %v", err)
 	}
-	waitFor(t, 10*time.Second, "the CDIConfig to be gone", func() bool {
+	kit.Until(t, 10*time.Second, "the CDIConfig to be gone", func() bool {
 		_, ok := readConfig(t)
 		return !ok
 	})
@@ -50,13 +52,12 @@ func deleteConfig(t *testing.T) {
 func waitConfig(t *testing.T, what string, cond func(c cdiv1.CDIConfig) bool) cdiv1.CDIConfig {
 	t.Helper()
 	var c cdiv1.CDIConfig
-	started := time.Now()
-	waitFor(t, 20*time.Second, "CDIConfig "+what, func() bool {
+	took := kit.Eventually(t, 20*time.Second, kit.Interval, "CDIConfig "+what, func() (bool, string, error) {
 		var ok bool
 		c, ok = readConfig(t)
-		return ok && cond(c)
+		return ok && cond(c), fmt.Sprintf("found=%v spec %+v status %+v", ok, c.Spec, c.Status), nil
 	})
-	t.Logf("CDIConfig %s after %s", what, time.Since(started).Round(time.Millisecond))
+	t.Logf("CDIConfig %s after %s", what, took.Round(time.Millisecond))
 	return c
 }
 

@@ -19,6 +19,7 @@ import (
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 	"github.com/kubefill/kubefill/pkg/controller"
 	"github.com/kubefill/kubefill/pkg/populators"
+	"github.com/kubefill/kubefill/tests/kit"
 )
 
 // startControllers runs `kubefill controller`'s manager against the real
@@ -116,7 +117,7 @@ func TestDataVolumeImportRendersClaimPrimeAndImporter(t *testing.T) {
 	}
 
 	pvc := &corev1.PersistentVolumeClaim{}
-	waitFor(t, 20*time.Second, "the DataVolume's claim", func() bool {
+	kit.Until(t, 20*time.Second, "the DataVolume's claim", func() bool {
 		return k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: "fedora"}, pvc) == nil
 	})
 	if err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: "fedora"}, dv); err != nil {
@@ -141,7 +142,7 @@ func TestDataVolumeImportRendersClaimPrimeAndImporter(t *testing.T) {
 	}
 
 	prime := &corev1.PersistentVolumeClaim{}
-	waitFor(t, 20*time.Second, "the PVC-prime", func() bool {
+	kit.Until(t, 20*time.Second, "the PVC-prime", func() bool {
 		return k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: populators.PrimeName(pvc)}, prime) == nil
 	})
 	if !metav1.IsControlledBy(prime, pvc) || prime.Annotations[cdiv1.AnnEndpoint] != "http://images.test/fedora.qcow2" ||
@@ -149,7 +150,7 @@ func TestDataVolumeImportRendersClaimPrimeAndImporter(t *testing.T) {
 		t.Errorf("prime %s: owners %+v annotations %v", prime.Name, prime.OwnerReferences, prime.Annotations)
 	}
 	pod := &corev1.Pod{}
-	waitFor(t, 20*time.Second, "the importer pod", func() bool {
+	kit.Until(t, 20*time.Second, "the importer pod", func() bool {
 		return k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: "importer-" + prime.Name}, pod) == nil
 	})
 	c := pod.Spec.Containers[0]
@@ -171,7 +172,7 @@ func TestDataVolumeImportRendersClaimPrimeAndImporter(t *testing.T) {
 		t.Errorf("importer pod has no scratch space bounded by the claim's size: %+v", pod.Spec.Volumes)
 	}
 
-	waitFor(t, 20*time.Second, "DataVolume phase ImportScheduled", func() bool {
+	kit.Until(t, 20*time.Second, "DataVolume phase ImportScheduled", func() bool {
 		_ = k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: "fedora"}, dv)
 		return dv.Status.Phase == cdiv1.ImportScheduled
 	})
@@ -227,7 +228,7 @@ func TestDataVolumeRefusals(t *testing.T) {
 				}
 				return cdiv1.DataVolumeCondition{}
 			}
-			waitFor(t, 20*time.Second, "the Running condition to explain the refusal", func() bool {
+			kit.Until(t, 20*time.Second, "the Running condition to explain the refusal", func() bool {
 				_ = k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: c.name}, dv)
 				return strings.Contains(running().Message, c.message)
 			})

@@ -29,7 +29,6 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -53,6 +52,7 @@ import (
 	"github.com/kubefill/kubefill/pkg/populators"
 	"github.com/kubefill/kubefill/pkg/token"
 	"github.com/kubefill/kubefill/pkg/uploadproxy"
+	"github.com/kubefill/kubefill/tests/kit"
 )
 
 // The namespace and ServiceAccounts of manifests/install.
@@ -321,7 +321,7 @@ func completeFill(t *testing.T, target *corev1.PersistentVolumeClaim, workerPod 
 	if err := k8sClient.Status().Update(ctx, pod); err != nil {
 		t.Fatalf("pod %s succeeded: %v", workerPod, err)
 	}
-	waitFor(t, 30*time.Second, "the populator to point volume "+pv.Name+" at the claim", func() bool {
+	kit.Until(t, 30*time.Second, "the populator to point volume "+pv.Name+" at the claim", func() bool {
 		_ = k8sClient.Get(ctx, types.NamespacedName{Name: pv.Name}, pv)
 		return pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.UID == target.UID
 	})
@@ -337,7 +337,7 @@ func completeFill(t *testing.T, target *corev1.PersistentVolumeClaim, workerPod 
 	if err := k8sClient.Status().Update(ctx, target); err != nil {
 		t.Fatalf("binding the claim: %v", err)
 	}
-	waitFor(t, 30*time.Second, "the populator to finish (prime deleted, claim marked populated)", func() bool {
+	kit.Until(t, 30*time.Second, "the populator to finish (prime deleted, claim marked populated)", func() bool {
 		p := &corev1.PersistentVolumeClaim{}
 		err := k8sClient.Get(ctx, client.ObjectKeyFromObject(prime), p)
 		gone := apierrors.IsNotFound(err) || (err == nil && p.DeletionTimestamp != nil)
@@ -512,17 +512,11 @@ func runControllerRBAC(t *testing.T, negative bool) {
 		done := make(chan error, 1)
 		go func() { done <- mgr.Start(mctx) }()
 		defer func() { cancel(); <-done }()
-		dv := &cdiv1.DataVolume{
-			ObjectMeta: metav1.ObjectMeta{Name: "refused", Namespace: ns},
-			Spec: cdiv1.DataVolumeSpec{
-				Source:  &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: "http://images.test/refused.qcow2"}},
-				Storage: &cdiv1.StorageSpec{StorageClassName: &className, Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
-			},
-		}
+		dv := kit.DataVolume(ns, "refused", kit.HTTP("http://images.test/refused.qcow2"), kit.WithStorage(className, "1Gi"))
 		if err := k8sClient.Create(ctx, dv); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 20*time.Second, "kube-apiserver to refuse the unbound ServiceAccount", func() bool { return len(rec.list()) > 0 })
+		kit.Until(t, 20*time.Second, "kube-apiserver to refuse the unbound ServiceAccount", func() bool { return len(rec.list()) > 0 })
 		time.Sleep(5 * time.Second)
 		if err := k8sClient.Get(ctx, client2Key(dv), &corev1.PersistentVolumeClaim{}); !apierrors.IsNotFound(err) {
 			t.Errorf("a manager without RBAC made the claim (err %v): the test could not detect missing RBAC", err)
@@ -556,44 +550,38 @@ func runControllerRBAC(t *testing.T, negative bool) {
 	t.Cleanup(func() { assertNoForbidden(t, "the controller's ServiceAccount", rec) })
 
 	lease := &coordinationv1.Lease{}
-	waitFor(t, 30*time.Second, "the leader-election lease", func() bool {
+	kit.Until(t, 30*time.Second, "the leader-election lease", func() bool {
 		return k8sClient.Get(ctx, types.NamespacedName{Namespace: installNamespace, Name: leaseID}, lease) == nil &&
 			ptr.Deref(lease.Spec.HolderIdentity, "") != ""
 	})
 	for _, kind := range kinds {
-		waitFor(t, 20*time.Second, "VolumePopulator for "+kind, func() bool {
+		kit.Until(t, 20*time.Second, "VolumePopulator for "+kind, func() bool {
 			_, err := dyn.Resource(vpGVR).Get(ctx, populators.VolumePopulatorName(kind), metav1.GetOptions{})
 			return err == nil
 		})
 	}
 	profile := &cdiv1.StorageProfile{}
-	waitFor(t, 20*time.Second, "the StorageProfile of a new class, with status", func() bool {
+	kit.Until(t, 20*time.Second, "the StorageProfile of a new class, with status", func() bool {
 		return k8sClient.Get(ctx, types.NamespacedName{Name: bare.Name}, profile) == nil && ptr.Deref(profile.Status.Provisioner, "") == bare.Provisioner
 	})
-	waitFor(t, 20*time.Second, "CDIConfig created, status.uploadProxyURL from --uploadproxy-url", func() bool {
+	kit.Until(t, 20*time.Second, "CDIConfig created, status.uploadProxyURL from --uploadproxy-url", func() bool {
 		c := &cdiv1.CDIConfig{}
 		return k8sClient.Get(ctx, types.NamespacedName{Name: cdiv1.CDIConfigName}, c) == nil &&
 			ptr.Deref(c.Status.UploadProxyURL, "") == proxyURL
 	})
 	for _, name := range []string{populators.UploadServerCASecret, populators.UploadProxyClientCASecret, populators.UploadProxyClientSecret} {
-		waitFor(t, 30*time.Second, "Secret "+installNamespace+"/"+name+" made at start", func() bool {
+		kit.Until(t, 30*time.Second, "Secret "+installNamespace+"/"+name+" made at start", func() bool {
 			return k8sClient.Get(ctx, types.NamespacedName{Namespace: installNamespace, Name: name}, &corev1.Secret{}) == nil
 		})
 	}
 
 	t.Run("import", func(t *testing.T) {
-		dv := &cdiv1.DataVolume{
-			ObjectMeta: metav1.ObjectMeta{Name: "imported", Namespace: ns},
-			Spec: cdiv1.DataVolumeSpec{
-				Source:  &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: "http://images.test/disk.qcow2"}},
-				Storage: &cdiv1.StorageSpec{StorageClassName: &className, Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
-			},
-		}
+		dv := kit.DataVolume(ns, "imported", kit.HTTP("http://images.test/disk.qcow2"), kit.WithStorage(className, "1Gi"))
 		if err := k8sClient.Create(ctx, dv); err != nil {
 			t.Fatal(err)
 		}
 		target := &corev1.PersistentVolumeClaim{}
-		waitFor(t, 30*time.Second, "the claim, naming its prime", func() bool {
+		kit.Until(t, 30*time.Second, "the claim, naming its prime", func() bool {
 			return k8sClient.Get(ctx, client2Key(dv), target) == nil && target.Annotations[cdiv1.AnnPVCPrimeName] != ""
 		})
 		if err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: controller.ImportSourceName(dv)}, &cdiv1.VolumeImportSource{}); err != nil {
@@ -605,10 +593,10 @@ func runControllerRBAC(t *testing.T, negative bool) {
 			t.Fatalf("prime: %v", err)
 		}
 		podName := "importer-" + primeName
-		waitFor(t, 30*time.Second, "the importer pod", func() bool {
+		kit.Until(t, 30*time.Second, "the importer pod", func() bool {
 			return k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: podName}, &corev1.Pod{}) == nil
 		})
-		waitFor(t, 30*time.Second, "DataVolume status ImportScheduled", func() bool {
+		kit.Until(t, 30*time.Second, "DataVolume status ImportScheduled", func() bool {
 			_ = k8sClient.Get(ctx, client2Key(dv), dv)
 			return dv.Status.Phase == cdiv1.ImportScheduled
 		})
@@ -625,14 +613,14 @@ func runControllerRBAC(t *testing.T, negative bool) {
 		if err := k8sClient.Create(ctx, ev); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 40*time.Second, "the prime's event copied to the claim", func() bool {
+		kit.Until(t, 40*time.Second, "the prime's event copied to the claim", func() bool {
 			return eventReasons(t, ns, target.UID)["ProvisioningFailed"]
 		})
 		completeFill(t, target, podName)
-		waitFor(t, 20*time.Second, "the importer pod removed", func() bool {
+		kit.Until(t, 20*time.Second, "the importer pod removed", func() bool {
 			return gone(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: podName}})
 		})
-		waitFor(t, 30*time.Second, "DataVolume status Succeeded", func() bool {
+		kit.Until(t, 30*time.Second, "DataVolume status Succeeded", func() bool {
 			_ = k8sClient.Get(ctx, client2Key(dv), dv)
 			return dv.Status.Phase == cdiv1.Succeeded
 		})
@@ -645,18 +633,12 @@ func runControllerRBAC(t *testing.T, negative bool) {
 	})
 
 	t.Run("upload", func(t *testing.T) {
-		dv := &cdiv1.DataVolume{
-			ObjectMeta: metav1.ObjectMeta{Name: "uploaded", Namespace: ns},
-			Spec: cdiv1.DataVolumeSpec{
-				Source:  &cdiv1.DataVolumeSource{Upload: &cdiv1.DataVolumeSourceUpload{}},
-				Storage: &cdiv1.StorageSpec{StorageClassName: &className, Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
-			},
-		}
+		dv := kit.DataVolume(ns, "uploaded", kit.Upload(), kit.WithStorage(className, "1Gi"))
 		if err := k8sClient.Create(ctx, dv); err != nil {
 			t.Fatal(err)
 		}
 		target := &corev1.PersistentVolumeClaim{}
-		waitFor(t, 30*time.Second, "the claim, naming its prime", func() bool {
+		kit.Until(t, 30*time.Second, "the claim, naming its prime", func() bool {
 			return k8sClient.Get(ctx, client2Key(dv), target) == nil && target.Annotations[cdiv1.AnnPVCPrimeName] != ""
 		})
 		if err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: controller.UploadSourceName(dv)}, &cdiv1.VolumeUploadSource{}); err != nil {
@@ -665,7 +647,7 @@ func runControllerRBAC(t *testing.T, negative bool) {
 		primeName := populators.PrimeName(target)
 		serving := types.NamespacedName{Namespace: ns, Name: "cdi-upload-" + primeName}
 		pod := &corev1.Pod{}
-		waitFor(t, 30*time.Second, "the upload pod", func() bool { return k8sClient.Get(ctx, serving, pod) == nil })
+		kit.Until(t, 30*time.Second, "the upload pod", func() bool { return k8sClient.Get(ctx, serving, pod) == nil })
 		for _, obj := range []client.Object{&corev1.Service{}, &corev1.Secret{}} {
 			if err := k8sClient.Get(ctx, serving, obj); err != nil {
 				t.Fatalf("upload pod's %T: %v", obj, err)
@@ -678,7 +660,7 @@ func runControllerRBAC(t *testing.T, negative bool) {
 		if err := k8sClient.Status().Update(ctx, pod); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 30*time.Second, "DataVolume status UploadReady", func() bool {
+		kit.Until(t, 30*time.Second, "DataVolume status UploadReady", func() bool {
 			_ = k8sClient.Get(ctx, client2Key(dv), dv)
 			return dv.Status.Phase == cdiv1.UploadReady
 		})
@@ -709,9 +691,9 @@ func runControllerRBAC(t *testing.T, negative bool) {
 		for _, obj := range []client.Object{&corev1.Pod{}, &corev1.Service{}, &corev1.Secret{}} {
 			obj.SetNamespace(serving.Namespace)
 			obj.SetName(serving.Name)
-			waitFor(t, 20*time.Second, fmt.Sprintf("the upload %T removed", obj), func() bool { return gone(ctx, obj) })
+			kit.Until(t, 20*time.Second, fmt.Sprintf("the upload %T removed", obj), func() bool { return gone(ctx, obj) })
 		}
-		waitFor(t, 30*time.Second, "DataVolume status Succeeded", func() bool {
+		kit.Until(t, 30*time.Second, "DataVolume status Succeeded", func() bool {
 			_ = k8sClient.Get(ctx, client2Key(dv), dv)
 			return dv.Status.Phase == cdiv1.Succeeded
 		})
@@ -721,20 +703,13 @@ func runControllerRBAC(t *testing.T, negative bool) {
 	// filled in place by an upload pod, then the pod and its Service and
 	// Secret go.
 	t.Run("upload target claim", func(t *testing.T) {
-		pvc := &corev1.PersistentVolumeClaim{
-			ObjectMeta: metav1.ObjectMeta{Name: "bare-upload", Namespace: ns, Annotations: map[string]string{cdiv1.AnnUploadRequest: ""}},
-			Spec: corev1.PersistentVolumeClaimSpec{
-				AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-				StorageClassName: &className,
-				Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
-			},
-		}
+		pvc := kit.PVC(ns, "bare-upload", "1Gi", kit.Class(className), kit.Annotate(map[string]string{cdiv1.AnnUploadRequest: ""}))
 		if err := k8sClient.Create(ctx, pvc); err != nil {
 			t.Fatal(err)
 		}
 		serving := types.NamespacedName{Namespace: ns, Name: "cdi-upload-" + pvc.Name}
 		pod := &corev1.Pod{}
-		waitFor(t, 30*time.Second, "the claim's upload pod", func() bool { return k8sClient.Get(ctx, serving, pod) == nil })
+		kit.Until(t, 30*time.Second, "the claim's upload pod", func() bool { return k8sClient.Get(ctx, serving, pod) == nil })
 		for _, obj := range []client.Object{&corev1.Service{}, &corev1.Secret{}} {
 			if err := k8sClient.Get(ctx, serving, obj); err != nil {
 				t.Fatalf("upload pod's %T: %v", obj, err)
@@ -747,9 +722,9 @@ func runControllerRBAC(t *testing.T, negative bool) {
 		for _, obj := range []client.Object{&corev1.Pod{}, &corev1.Service{}, &corev1.Secret{}} {
 			obj.SetNamespace(serving.Namespace)
 			obj.SetName(serving.Name)
-			waitFor(t, 20*time.Second, fmt.Sprintf("the upload %T removed", obj), func() bool { return gone(ctx, obj) })
+			kit.Until(t, 20*time.Second, fmt.Sprintf("the upload %T removed", obj), func() bool { return gone(ctx, obj) })
 		}
-		waitFor(t, 20*time.Second, "the claim marked Succeeded with an UploadSucceeded event", func() bool {
+		kit.Until(t, 20*time.Second, "the claim marked Succeeded with an UploadSucceeded event", func() bool {
 			_ = k8sClient.Get(ctx, client.ObjectKeyFromObject(pvc), pvc)
 			return pvc.Annotations[cdiv1.AnnPodPhase] == string(corev1.PodSucceeded) && eventReasons(t, ns, pvc.UID)["UploadSucceeded"]
 		})
@@ -801,18 +776,14 @@ func TestInstallAPIServerRBAC(t *testing.T) {
 	hc, _ := startAPIServerAs(t, apiserverSA, rec, ln)
 	base := "https://" + ln.Addr().String()
 	secret := &corev1.Secret{}
-	waitFor(t, 30*time.Second, "the signing key rotated (Secret updated)", func() bool {
+	kit.Until(t, 30*time.Second, "the signing key rotated (Secret updated)", func() bool {
 		return k8sClient.Get(ctx, types.NamespacedName{Namespace: installNamespace, Name: token.DefaultSigningKeySecretName}, secret) == nil &&
 			len(secret.Data[token.SecretPreviousPublicKey]) > 0
 	})
 
 	// A clone through a DataSource, sent as kube-apiserver would send it.
 	ns := newNamespace(t)
-	src := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: "golden", Namespace: ns},
-		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
-	}
+	src := kit.PVC(ns, "golden", "1Gi")
 	ds := &cdiv1.DataSource{ObjectMeta: metav1.ObjectMeta{Name: "golden", Namespace: ns},
 		Spec: cdiv1.DataSourceSpec{Source: cdiv1.DataSourceSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: ns, Name: "golden"}}}}
 	for _, o := range []client.Object{src, ds} {
@@ -825,7 +796,7 @@ func TestInstallAPIServerRBAC(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "copy", Namespace: ns},
 		Spec: cdiv1.DataVolumeSpec{
 			SourceRef: &cdiv1.DataVolumeSourceRef{Kind: cdiv1.DataVolumeDataSource, Name: "golden"},
-			Storage:   &cdiv1.StorageSpec{Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
+			Storage:   &cdiv1.StorageSpec{Resources: kit.Size("1Gi")},
 		},
 	}
 	raw, err := json.Marshal(dv)
@@ -910,7 +881,7 @@ func startAPIServerAs(t *testing.T, sa string, rec *forbiddenLog, ln net.Listene
 	// --generated-ca-file is written before the server listens.
 	var hc *http.Client
 	var caPEM []byte
-	waitFor(t, 30*time.Second, "the generated CA file", func() bool {
+	kit.Until(t, 30*time.Second, "the generated CA file", func() bool {
 		pem, err := os.ReadFile(caFile)
 		if err != nil || len(pem) == 0 {
 			return false
@@ -924,7 +895,7 @@ func startAPIServerAs(t *testing.T, sa string, rec *forbiddenLog, ln net.Listene
 		return true
 	})
 	base := "https://" + ln.Addr().String()
-	waitFor(t, 60*time.Second, "/readyz (authentication ConfigMap and signing key loaded)", func() bool {
+	kit.Until(t, 60*time.Second, "/readyz (authentication ConfigMap and signing key loaded)", func() bool {
 		select {
 		case err := <-done:
 			t.Fatalf("apiserver.Run exited: %v", err)

@@ -2,18 +2,19 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+	"github.com/kubefill/kubefill/tests/kit"
 )
 
 // The provisioner's complaints about a PVC-prime, and a pending worker pod's
@@ -26,22 +27,12 @@ func TestPrimeAndWorkerEventsReachTheClaim(t *testing.T) {
 	className := ns + "-csi"
 	csiClass(t, className, "hostpath.csi.kubefill.test", storagev1.VolumeBindingImmediate)
 	startControllers(t)
-	dv := &cdiv1.DataVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: "disk", Namespace: ns},
-		Spec: cdiv1.DataVolumeSpec{
-			Source: &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: "http://images.test/disk.qcow2"}},
-			PVC: &corev1.PersistentVolumeClaimSpec{
-				AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-				StorageClassName: &className,
-				Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
-			},
-		},
-	}
+	dv := kit.DataVolume(ns, "disk", kit.HTTP("http://images.test/disk.qcow2"), kit.WithPVC(kit.ClaimSpec("1Gi", kit.Class(className))))
 	if err := k8sClient.Create(ctx, dv); err != nil {
 		t.Fatal(err)
 	}
 	target := &corev1.PersistentVolumeClaim{}
-	waitFor(t, 30*time.Second, "the claim to name its prime", func() bool {
+	kit.Until(t, 30*time.Second, "the claim to name its prime", func() bool {
 		return k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: "disk"}, target) == nil && target.Annotations[cdiv1.AnnPVCPrimeName] != ""
 	})
 	prime := &corev1.PersistentVolumeClaim{}
@@ -74,25 +65,25 @@ func TestPrimeAndWorkerEventsReachTheClaim(t *testing.T) {
 		}
 		return out
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for len(copies()) == 0 {
-		if time.Now().After(deadline) {
+	kit.Await(t, 30*time.Second, 200*time.Millisecond, "the prime's ProvisioningFailed event to reach the claim",
+		func() ([]corev1.Event, error) { return copies(), nil },
+		func(c []corev1.Event) bool { return len(c) > 0 },
+		func([]corev1.Event) string {
 			list := &corev1.EventList{}
 			_ = k8sClient.List(ctx, list, client.InNamespace(ns))
+			var b strings.Builder
 			for _, e := range list.Items {
-				t.Logf("event on %s %s: %s %s %q", e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Type, e.Reason, e.Message)
+				fmt.Fprintf(&b, "event on %s %s: %s %s %q\n", e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Type, e.Reason, e.Message)
 			}
-			t.Fatal("the prime's ProvisioningFailed event never reached the claim")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+			return b.String()
+		})
 	got := copies()[0]
 	if got.Type != corev1.EventTypeWarning || !strings.Contains(got.Message, prime.Name) || !strings.Contains(got.Message, "out of space") {
 		t.Errorf("copied event: %s %s %q", got.Type, got.Reason, got.Message)
 	}
 	// A pending worker's warnings come too; its normal events do not.
 	pod := &corev1.Pod{}
-	waitFor(t, 30*time.Second, "the importer pod", func() bool {
+	kit.Until(t, 30*time.Second, "the importer pod", func() bool {
 		pods := &corev1.PodList{}
 		if err := k8sClient.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{cdiv1.LabelOwnedByUID: string(target.UID)}); err != nil || len(pods.Items) == 0 {
 			return false
@@ -128,7 +119,7 @@ func TestPrimeAndWorkerEventsReachTheClaim(t *testing.T) {
 		}
 		return out
 	}
-	waitFor(t, 30*time.Second, "the importer pod's FailedScheduling on the claim", func() bool { return len(onClaim("FailedScheduling")) > 0 })
+	kit.Until(t, 30*time.Second, "the importer pod's FailedScheduling on the claim", func() bool { return len(onClaim("FailedScheduling")) > 0 })
 	if m := onClaim("FailedScheduling")[0].Message; !strings.Contains(m, "pod "+pod.Name+": 0/3 nodes are available") {
 		t.Errorf("copied pod warning: %q", m)
 	}

@@ -34,10 +34,13 @@ import (
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 	"github.com/kubefill/kubefill/pkg/controller"
+	"github.com/kubefill/kubefill/tests/kit"
 )
 
-// snapshotCRDModule ships the snapshot.storage.k8s.io CRD YAMLs.
-const snapshotCRDModule = "github.com/kubernetes-csi/external-snapshotter/client/v8@v8.7.0"
+// snapshotCRDModule ships the snapshot.storage.k8s.io CRD YAMLs: the
+// snapshot client the controller is built with, at the version go.mod
+// requires.
+const snapshotCRDModule = "github.com/kubernetes-csi/external-snapshotter/client/v6"
 
 var installSnapshotCRDsOnce struct {
 	sync.Once
@@ -150,13 +153,12 @@ func profileStatus(t *testing.T, name string) (cdiv1.StorageProfile, bool) {
 func waitProfile(t *testing.T, name, what string, cond func(p cdiv1.StorageProfile) bool) cdiv1.StorageProfile {
 	t.Helper()
 	var p cdiv1.StorageProfile
-	started := time.Now()
-	waitFor(t, 20*time.Second, "StorageProfile "+name+" "+what, func() bool {
+	took := kit.Eventually(t, 20*time.Second, kit.Interval, "StorageProfile "+name+" "+what, func() (bool, string, error) {
 		var ok bool
 		p, ok = profileStatus(t, name)
-		return ok && cond(p)
+		return ok && cond(p), fmt.Sprintf("found=%v status %+v", ok, p.Status), nil
 	})
-	t.Logf("StorageProfile %s %s after %s", name, what, time.Since(started).Round(time.Millisecond))
+	t.Logf("StorageProfile %s %s after %s", name, what, took.Round(time.Millisecond))
 	return p
 }
 
@@ -269,7 +271,7 @@ func TestStorageProfileWithoutSnapshotCRDs(t *testing.T) {
 	if err := k8sClient.Delete(context.Background(), &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "the profile of the deleted class to go", func() bool {
+	kit.Until(t, 20*time.Second, "the profile of the deleted class to go", func() bool {
 		_, ok := profileStatus(t, name)
 		return !ok
 	})
@@ -306,7 +308,7 @@ func TestStorageProfileLifecycle(t *testing.T) {
 		t.Errorf("Recognized = %+v, want False/UnknownProvisioner telling to set spec.claimPropertySets", cond)
 	}
 	// The series is set right after the status is written.
-	waitFor(t, 10*time.Second, "kubevirt_cdi_storageprofile_info for "+plain, func() bool {
+	kit.Until(t, 10*time.Second, "kubevirt_cdi_storageprofile_info for "+plain, func() bool {
 		_, _, found := profileMetric(t, plain)
 		return found
 	})
@@ -327,7 +329,7 @@ func TestStorageProfileLifecycle(t *testing.T) {
 	if ptr.Deref(p.Status.SnapshotClass, "") != first.Name {
 		t.Errorf("snapshotClass = %v, want %s", p.Status.SnapshotClass, first.Name)
 	}
-	waitFor(t, 10*time.Second, "the metric to say smartclone", func() bool {
+	kit.Until(t, 10*time.Second, "the metric to say smartclone", func() bool {
 		l, _, ok := profileMetric(t, plain)
 		return ok && l["smartclone"] == "true" && l["clone_strategy"] == "snapshot"
 	})
@@ -360,7 +362,7 @@ func TestStorageProfileLifecycle(t *testing.T) {
 	if cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != controller.ReasonUserClaimPropertySets || cond.ObservedGeneration != p.Generation {
 		t.Errorf("Recognized = %+v, want True/UserClaimPropertySets at generation %d", cond, p.Generation)
 	}
-	waitFor(t, 10*time.Second, "the metric to say complete and rwx", func() bool {
+	kit.Until(t, 10*time.Second, "the metric to say complete and rwx", func() bool {
 		l, _, ok := profileMetric(t, plain)
 		// No CSIDriver object exists for the driver, so csi-clone is no smart clone.
 		return ok && l["complete"] == "true" && l["rwx"] == "true" && l["clone_strategy"] == "csi-clone" && l["smartclone"] == "false"
@@ -372,7 +374,7 @@ func TestStorageProfileLifecycle(t *testing.T) {
 		t.Fatalf("creating CSIDriver: %v", err)
 	}
 	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), csiDriver) })
-	waitFor(t, 10*time.Second, "the metric to say smartclone for csi-clone with a CSIDriver", func() bool {
+	kit.Until(t, 10*time.Second, "the metric to say smartclone for csi-clone with a CSIDriver", func() bool {
 		l, _, ok := profileMetric(t, plain)
 		return ok && l["smartclone"] == "true" && l["degraded"] == "false"
 	})
@@ -400,7 +402,7 @@ func TestStorageProfileLifecycle(t *testing.T) {
 	bogus := "kf-sp-bogus-" + suffix
 	createStorageClass(t, bogus, driver, map[string]string{cdiv1.AnnCloneStrategy: "teleport"}, nil)
 	waitProfile(t, bogus, "to ignore a bad annotation", strategyIs(cdiv1.CloneStrategySnapshot))
-	waitFor(t, 10*time.Second, "a Warning event about the bad annotation", func() bool {
+	kit.Until(t, 10*time.Second, "a Warning event about the bad annotation", func() bool {
 		var list eventsv1.EventList
 		if err := k8sClient.List(ctx, &list, client.InNamespace(metav1.NamespaceDefault)); err != nil {
 			t.Fatal(err)
@@ -436,7 +438,7 @@ func TestStorageProfileLifecycle(t *testing.T) {
 	if err := k8sClient.Delete(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: plain}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "the profile of a deleted class to go", func() bool {
+	kit.Until(t, 20*time.Second, "the profile of a deleted class to go", func() bool {
 		_, ok := profileStatus(t, plain)
 		return !ok
 	})
@@ -450,7 +452,7 @@ func TestStorageProfileLifecycle(t *testing.T) {
 	if err := k8sClient.Create(ctx, orphan); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "the orphan profile to be removed", func() bool {
+	kit.Until(t, 20*time.Second, "the orphan profile to be removed", func() bool {
 		_, ok := profileStatus(t, orphan.Name)
 		return !ok
 	})
@@ -496,7 +498,7 @@ func TestStorageProfileLifecycle(t *testing.T) {
 		}
 	}
 	for _, name := range []string{annotated, local, ceph, static, bogus} {
-		waitFor(t, 20*time.Second, "profile "+name+" to go", func() bool {
+		kit.Until(t, 20*time.Second, "profile "+name+" to go", func() bool {
 			_, ok := profileStatus(t, name)
 			return !ok
 		})

@@ -20,6 +20,7 @@ import (
 	"github.com/kubefill/kubefill/pkg/token"
 	"github.com/kubefill/kubefill/pkg/uploadcli"
 	"github.com/kubefill/kubefill/tests/cluster"
+	"github.com/kubefill/kubefill/tests/kit"
 )
 
 // serveTokenAPI runs `kubefill apiserver` in a network namespace behind a
@@ -59,7 +60,7 @@ func serveTokenAPI(t *testing.T, e *aggEnv) string {
 		mustCreate(t, e.client, o)
 	}
 	t.Cleanup(func() { _ = e.client.Delete(context.Background(), apisvc) })
-	waitFor(t, 90*time.Second, "APIService v1beta1.upload.cdi.kubevirt.io Available", func() bool {
+	kit.Until(t, 90*time.Second, "APIService v1beta1.upload.cdi.kubevirt.io Available", func() bool {
 		if err := e.client.Get(context.Background(), client.ObjectKeyFromObject(apisvc), apisvc); err != nil {
 			return false
 		}
@@ -116,7 +117,7 @@ func TestUploadCLIEndToEnd(t *testing.T) {
 
 	// The populator's part: once the CLI created the claim, make its prime and upload pod.
 	var target corev1.PersistentVolumeClaim
-	waitFor(t, 30*time.Second, "the CLI to create the PVC", func() bool {
+	kit.Until(t, 30*time.Second, "the CLI to create the PVC", func() bool {
 		return e.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "disk"}, &target) == nil
 	})
 	ref := target.Spec.DataSourceRef

@@ -11,15 +11,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 	"github.com/kubefill/kubefill/pkg/controller"
 	"github.com/kubefill/kubefill/pkg/populators"
+	"github.com/kubefill/kubefill/tests/kit"
 )
 
 func parseCert(t *testing.T, b []byte) *x509.Certificate {
@@ -63,20 +62,12 @@ func TestUploadPopulator(t *testing.T) {
 	if err := k8sClient.Create(ctx, src); err != nil {
 		t.Fatal(err)
 	}
-	target := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: "target", Namespace: ns},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			StorageClassName: &className,
-			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
-			DataSourceRef:    &corev1.TypedObjectReference{APIGroup: ptr.To(cdiv1.GroupName), Kind: cdiv1.VolumeUploadSourceRef, Name: "up"},
-		},
-	}
+	target := kit.PVC(ns, "target", "1Gi", kit.Class(className), kit.SourceRef(cdiv1.VolumeUploadSourceRef, "up"))
 	if err := k8sClient.Create(ctx, target); err != nil {
 		t.Fatal(err)
 	}
 	prime := &corev1.PersistentVolumeClaim{}
-	waitFor(t, 20*time.Second, "the PVC-prime", func() bool {
+	kit.Until(t, 20*time.Second, "the PVC-prime", func() bool {
 		return k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: populators.PrimeName(target)}, prime) == nil
 	})
 	if _, ok := prime.Annotations[cdiv1.AnnUploadRequest]; !ok || prime.Annotations[cdiv1.AnnContentType] != "archive" {
@@ -84,7 +75,7 @@ func TestUploadPopulator(t *testing.T) {
 	}
 	name := populators.UploadPodName(prime)
 	pod := &corev1.Pod{}
-	waitFor(t, 20*time.Second, "the upload pod", func() bool {
+	kit.Until(t, 20*time.Second, "the upload pod", func() bool {
 		return k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, pod) == nil
 	})
 	c := pod.Spec.Containers[0]
@@ -150,7 +141,7 @@ func TestUploadPopulator(t *testing.T) {
 		t.Errorf("the upload pod does not mount its Secret %s", name)
 	}
 
-	waitFor(t, 20*time.Second, "storage.pod.ready=false while the pod is not ready", func() bool {
+	kit.Until(t, 20*time.Second, "storage.pod.ready=false while the pod is not ready", func() bool {
 		_ = k8sClient.Get(ctx, client2Key(target), target)
 		return target.Annotations[cdiv1.AnnPodReady] == "false" && target.Annotations[cdiv1.AnnPVCPrimeName] == prime.Name
 	})
@@ -162,7 +153,7 @@ func TestUploadPopulator(t *testing.T) {
 	if err := k8sClient.Status().Update(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "storage.pod.ready=true on the target and the prime", func() bool {
+	kit.Until(t, 20*time.Second, "storage.pod.ready=true on the target and the prime", func() bool {
 		_ = k8sClient.Get(ctx, client2Key(target), target)
 		_ = k8sClient.Get(ctx, client2Key(prime), prime)
 		return target.Annotations[cdiv1.AnnPodReady] == "true" && target.Annotations[cdiv1.AnnPodPhase] == "Running" &&
@@ -186,7 +177,7 @@ func TestUploadPopulator(t *testing.T) {
 	if err := k8sClient.Status().Update(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "a restart counted on the claim and a new upload pod", func() bool {
+	kit.Until(t, 20*time.Second, "a restart counted on the claim and a new upload pod", func() bool {
 		_ = k8sClient.Get(ctx, client2Key(target), target)
 		fresh := &corev1.Pod{}
 		return target.Annotations[cdiv1.AnnPodRestarts] == "1" &&
@@ -211,19 +202,12 @@ func TestDataVolumeUpload(t *testing.T) {
 	csiClass(t, className, "hostpath.csi.kubefill.test", storagev1.VolumeBindingWaitForFirstConsumer,
 		cdiv1.ClaimPropertySet{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, VolumeMode: &fs})
 	startUploadManager(t, installNS)
-	dv := &cdiv1.DataVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: "laptop-disk", Namespace: ns},
-		Spec: cdiv1.DataVolumeSpec{
-			Source: &cdiv1.DataVolumeSource{Upload: &cdiv1.DataVolumeSourceUpload{}},
-			Storage: &cdiv1.StorageSpec{StorageClassName: &className,
-				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
-		},
-	}
+	dv := kit.DataVolume(ns, "laptop-disk", kit.Upload(), kit.WithStorage(className, "1Gi"))
 	if err := k8sClient.Create(ctx, dv); err != nil {
 		t.Fatal(err)
 	}
 	pvc := &corev1.PersistentVolumeClaim{}
-	waitFor(t, 20*time.Second, "the DataVolume's claim", func() bool {
+	kit.Until(t, 20*time.Second, "the DataVolume's claim", func() bool {
 		return k8sClient.Get(ctx, client2Key(dv), pvc) == nil
 	})
 	_ = k8sClient.Get(ctx, client2Key(dv), dv)
@@ -235,20 +219,20 @@ func TestDataVolumeUpload(t *testing.T) {
 	if err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: ref.Name}, src); err != nil || !metav1.IsControlledBy(src, dv) {
 		t.Fatalf("VolumeUploadSource %s: %v owners %+v", ref.Name, err, src.OwnerReferences)
 	}
-	waitFor(t, 20*time.Second, "phase UploadScheduled", func() bool {
+	kit.Until(t, 20*time.Second, "phase UploadScheduled", func() bool {
 		_ = k8sClient.Get(ctx, client2Key(dv), dv)
 		return dv.Status.Phase == cdiv1.UploadScheduled
 	})
 	_ = k8sClient.Get(ctx, client2Key(pvc), pvc)
 	pod := &corev1.Pod{}
 	podKey := types.NamespacedName{Namespace: ns, Name: "cdi-upload-" + populators.PrimeName(pvc)}
-	waitFor(t, 20*time.Second, "the upload pod", func() bool { return k8sClient.Get(ctx, podKey, pod) == nil })
+	kit.Until(t, 20*time.Second, "the upload pod", func() bool { return k8sClient.Get(ctx, podKey, pod) == nil })
 	pod.Status.Phase = corev1.PodRunning
 	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
 	if err := k8sClient.Status().Update(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "phase UploadReady", func() bool {
+	kit.Until(t, 20*time.Second, "phase UploadReady", func() bool {
 		_ = k8sClient.Get(ctx, client2Key(dv), dv)
 		return dv.Status.Phase == cdiv1.UploadReady
 	})
@@ -283,19 +267,11 @@ func TestUploadWithoutInstallNamespace(t *testing.T) {
 	if err := k8sClient.Create(ctx, &cdiv1.VolumeUploadSource{ObjectMeta: metav1.ObjectMeta{Name: "up", Namespace: ns}}); err != nil {
 		t.Fatal(err)
 	}
-	target := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: "target", Namespace: ns},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			StorageClassName: &className,
-			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
-			DataSourceRef:    &corev1.TypedObjectReference{APIGroup: ptr.To(cdiv1.GroupName), Kind: cdiv1.VolumeUploadSourceRef, Name: "up"},
-		},
-	}
+	target := kit.PVC(ns, "target", "1Gi", kit.Class(className), kit.SourceRef(cdiv1.VolumeUploadSourceRef, "up"))
 	if err := k8sClient.Create(ctx, target); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "the claim to explain the missing install namespace", func() bool {
+	kit.Until(t, 20*time.Second, "the claim to explain the missing install namespace", func() bool {
 		_ = k8sClient.Get(ctx, client2Key(target), target)
 		return target.Annotations[cdiv1.AnnRunningConditionReason] == "UploadNotConfigured" &&
 			strings.Contains(target.Annotations[cdiv1.AnnRunningConditionMessage], "POD_NAMESPACE")

@@ -18,7 +18,6 @@ import (
 
 	"github.com/go-logr/logr/testr"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -29,6 +28,7 @@ import (
 	"github.com/kubefill/kubefill/pkg/token"
 	"github.com/kubefill/kubefill/pkg/uploadproxy"
 	"github.com/kubefill/kubefill/pkg/uploadserver"
+	"github.com/kubefill/kubefill/tests/kit"
 )
 
 // uploadRig is a real upload server (the upload pod of prime, on loopback)
@@ -134,7 +134,7 @@ func startUploadRig(t *testing.T, ctx context.Context, restCfg *rest.Config, ns,
 	}()
 	r.proxyURL = "https://" + ln.Addr().String()
 	httpc := r.client(t)
-	waitFor(t, 30*time.Second, "the upload proxy to serve /healthz", func() bool {
+	kit.Until(t, 30*time.Second, "the upload proxy to serve /healthz", func() bool {
 		select {
 		case err := <-proxyErr:
 			t.Fatalf("upload proxy exited: %v", err)
@@ -234,10 +234,7 @@ func TestUploadProxyToUploadServer(t *testing.T) {
 	// The claims: a target whose dataSourceRef names a VolumeUploadSource,
 	// its prime, and the prime's upload pod (no kubelet: its IP is set by hand).
 	group := cdiv1.GroupName
-	claimSpec := corev1.PersistentVolumeClaimSpec{
-		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-		Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("8Mi")}},
-	}
+	claimSpec := *kit.ClaimSpec("8Mi")
 	target := &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "disk", Annotations: map[string]string{cdiv1.AnnUploadRequest: "", cdiv1.AnnUsePopulator: "true"}},
 		Spec:       *claimSpec.DeepCopy(),

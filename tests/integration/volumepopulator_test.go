@@ -15,6 +15,7 @@ import (
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 	"github.com/kubefill/kubefill/pkg/controller"
 	"github.com/kubefill/kubefill/pkg/populators"
+	"github.com/kubefill/kubefill/tests/kit"
 )
 
 // volumePopulatorCRD is the shape of the volume-data-source-validator's
@@ -51,7 +52,7 @@ func TestVolumePopulatorsRegistered(t *testing.T) {
 	dyn := dynamic.NewForConfigOrDie(cfg)
 	for _, kind := range []string{cdiv1.VolumeImportSourceRef, cdiv1.VolumeUploadSourceRef, cdiv1.VolumeCloneSourceRef} {
 		var obj *unstructured.Unstructured
-		waitFor(t, 20*time.Second, "VolumePopulator for "+kind, func() bool {
+		kit.Until(t, 20*time.Second, "VolumePopulator for "+kind, func() bool {
 			var err error
 			obj, err = dyn.Resource(gvr).Get(context.Background(), populators.VolumePopulatorName(kind), metav1.GetOptions{})
 			return err == nil

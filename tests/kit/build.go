@@ -35,9 +35,12 @@ func SourceRef(kind, name string) ClaimOption {
 	}
 }
 
-// Annotate adds annotations to the claim.
+// Annotate adds annotations to the claim (none leaves them nil).
 func Annotate(annotations map[string]string) ClaimOption {
 	return func(p *corev1.PersistentVolumeClaim) {
+		if len(annotations) == 0 {
+			return
+		}
 		if p.Annotations == nil {
 			p.Annotations = map[string]string{}
 		}
