@@ -13,7 +13,6 @@ require (
 	github.com/kubefill/kubefill-api v0.0.0
 	github.com/kubernetes-csi/csi-test/v5 v5.6.0
 	github.com/kubernetes-csi/external-snapshotter/client/v6 v6.3.0
-	github.com/kubernetes-csi/external-snapshotter/client/v8 v8.7.0
 	github.com/minio/minio-go/v7 v7.4.1
 	github.com/prometheus/client_golang v1.25.0
 	github.com/schollz/progressbar/v3 v3.19.1

@@ -20,11 +20,14 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
+// The snapshot CRDs come from the snapshotter release the CSI sidecars are
+// built from (SNAPSHOTTER_VERSION in hack/sidecars.sh), not from the
+// snapshot client Kubefill is built with (client/v6 in go.mod): the
+// snapshot-controller and csi-snapshotter the cluster runs expect their
+// own release's CRDs. Keep the version in step with hack/sidecars.sh.
 const (
-	snapshotClientModule = "github.com/kubernetes-csi/external-snapshotter/client/v8"
-	// snapshotClientVersion is used when this checkout's build list lacks
-	// the module; keep it in step with go.mod.
-	snapshotClientVersion = "v8.7.0"
+	snapshotCRDModule  = "github.com/kubernetes-csi/external-snapshotter/client/v8"
+	snapshotCRDVersion = "v8.7.0"
 )
 
 var (
@@ -95,21 +98,18 @@ func (c *Cluster) startStorage(ctx context.Context) error {
 	return nil
 }
 
-// snapshotCRDDir finds config/crd of the snapshot client module this
-// checkout requires, downloading the module when the cache lacks it.
+// snapshotCRDDir finds config/crd of the sidecars' snapshot client module,
+// downloading the module when the cache lacks it.
 func (c *Cluster) snapshotCRDDir() (string, error) {
-	out, err := goCmd(c.repo, "list", "-m", "-f", "{{.Dir}}", snapshotClientModule)
-	dir := strings.TrimSpace(out)
-	if err != nil || dir == "" {
-		out, err = goCmd(c.repo, "mod", "download", "-json", snapshotClientModule+"@"+snapshotClientVersion)
-		if err != nil {
-			return "", fmt.Errorf("download %s: %w", snapshotClientModule, err)
-		}
-		for _, line := range strings.Split(out, "\n") {
-			line = strings.TrimSpace(line)
-			if strings.HasPrefix(line, `"Dir": "`) {
-				dir = strings.TrimSuffix(strings.TrimPrefix(line, `"Dir": "`), `",`)
-			}
+	out, err := goCmd(c.repo, "mod", "download", "-json", snapshotCRDModule+"@"+snapshotCRDVersion)
+	if err != nil {
+		return "", fmt.Errorf("download %s: %w", snapshotCRDModule, err)
+	}
+	var dir string
+	for _, line := range strings.Split(out, "\n") {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, `"Dir": "`) {
+			dir = strings.TrimSuffix(strings.TrimPrefix(line, `"Dir": "`), `",`)
 		}
 	}
 	crd := filepath.Join(dir, "config", "crd")
