@@ -76,21 +76,7 @@ func startAggEnv(t *testing.T) *aggEnv {
 	args.Set("proxy-client-cert-file", writeFile(t, dir, "front-proxy-client.crt", proxyCertPEM))
 	args.Set("proxy-client-key-file", writeFile(t, dir, "front-proxy-client.key", proxyKeyPEM))
 	args.Set("enable-aggregator-routing", "true")
-	started := time.Now()
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("starting the aggregated-API control plane: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Logf("stopping control plane: %v", err)
-		}
-	})
-	t.Logf("aggregated-API control plane (Node,RBAC, front-proxy CA) up in %s", time.Since(started).Round(time.Millisecond))
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, c := startOwnControlPlane(t, env, "aggregated-API control plane (Node,RBAC, front-proxy CA)")
 	return &aggEnv{env: env, cfg: cfg, client: c, frontProxy: fp, proxyCert: proxyPair}
 }
 

@@ -58,6 +58,12 @@ func startUntilCleanup(t *testing.T, mgr ctrl.Manager) {
 
 // csiClass creates a CSI StorageClass and its StorageProfile with the given
 // claim property sets.
+// rwoFilesystem is the claim property set most test classes have.
+var rwoFilesystem = cdiv1.ClaimPropertySet{
+	AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+	VolumeMode:  ptr.To(corev1.PersistentVolumeFilesystem),
+}
+
 func csiClass(t *testing.T, name, provisioner string, mode storagev1.VolumeBindingMode, sets ...cdiv1.ClaimPropertySet) {
 	t.Helper()
 	ctx := context.Background()
@@ -91,9 +97,7 @@ func TestDataVolumeImportRendersClaimPrimeAndImporter(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
 	className := ns + "-csi"
-	fs := corev1.PersistentVolumeFilesystem
-	csiClass(t, className, "hostpath.csi.kubefill.test", storagev1.VolumeBindingImmediate,
-		cdiv1.ClaimPropertySet{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, VolumeMode: &fs})
+	csiClass(t, className, "hostpath.csi.kubefill.test", storagev1.VolumeBindingImmediate, rwoFilesystem)
 	priority := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: ns + "-high"}, Value: 1000}
 	if err := k8sClient.Create(ctx, priority); err != nil {
 		t.Fatal(err)
@@ -130,7 +134,7 @@ func TestDataVolumeImportRendersClaimPrimeAndImporter(t *testing.T) {
 	if got := pvc.Spec.Resources.Requests[corev1.ResourceStorage]; got.Cmp(resource.MustParse("1090Mi")) != 0 {
 		t.Errorf("claim request %s, want 1090Mi (1Gi plus 6%% filesystem overhead)", got.String())
 	}
-	if pvc.Spec.AccessModes[0] != corev1.ReadWriteOnce || *pvc.Spec.VolumeMode != fs || *pvc.Spec.StorageClassName != className {
+	if pvc.Spec.AccessModes[0] != corev1.ReadWriteOnce || *pvc.Spec.VolumeMode != corev1.PersistentVolumeFilesystem || *pvc.Spec.StorageClassName != className {
 		t.Errorf("claim not completed from the StorageProfile: %+v", pvc.Spec)
 	}
 	src := &cdiv1.VolumeImportSource{}
@@ -189,12 +193,9 @@ func TestDataVolumeRefusals(t *testing.T) {
 	bare := ns + "-bare"
 	csiClass(t, bare, "unknown.csi.example.test", storagev1.VolumeBindingImmediate)
 	intree := ns + "-intree"
-	fs := corev1.PersistentVolumeFilesystem
-	csiClass(t, intree, "kubernetes.io/aws-ebs", storagev1.VolumeBindingImmediate,
-		cdiv1.ClaimPropertySet{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, VolumeMode: &fs})
+	csiClass(t, intree, "kubernetes.io/aws-ebs", storagev1.VolumeBindingImmediate, rwoFilesystem)
 	fsClass := ns + "-fs"
-	csiClass(t, fsClass, "hostpath.csi.kubefill.test", storagev1.VolumeBindingImmediate,
-		cdiv1.ClaimPropertySet{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, VolumeMode: &fs})
+	csiClass(t, fsClass, "hostpath.csi.kubefill.test", storagev1.VolumeBindingImmediate, rwoFilesystem)
 	startControllers(t)
 
 	size := corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}

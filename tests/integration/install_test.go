@@ -423,29 +423,11 @@ func TestInstallControllerRBACOwnerReferencesEnforced(t *testing.T) {
 		ControlPlaneStopTimeout:  30 * time.Second,
 	}
 	env.ControlPlane.GetAPIServer().Configure().Set("enable-admission-plugins", "OwnerReferencesPermissionEnforcement")
-	started := time.Now()
-	envCfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("starting a control plane with OwnerReferencesPermissionEnforcement: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Logf("stopping control plane: %v", err)
-		}
-	})
-	t.Logf("control plane with OwnerReferencesPermissionEnforcement up in %s", time.Since(started).Round(time.Millisecond))
+	envCfg, envClient := startOwnControlPlane(t, env, "control plane with OwnerReferencesPermissionEnforcement")
 	if _, err := envtest.InstallCRDs(envCfg, envtest.CRDInstallOptions{Paths: snapshotCRDPaths(t), ErrorIfPathMissing: true}); err != nil {
 		t.Fatalf("installing the snapshot CRDs: %v", err)
 	}
-	envClient, err := client.New(envCfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The helpers reach the control plane through cfg and k8sClient: point
-	// them at this one until the test's other cleanups have run.
-	sharedCfg, sharedClient := cfg, k8sClient
-	cfg, k8sClient = envCfg, envClient
-	t.Cleanup(func() { cfg, k8sClient = sharedCfg, sharedClient })
+	useControlPlane(t, envCfg, envClient)
 	if err := doApplyInstall(); err != nil {
 		t.Fatal(err)
 	}
@@ -482,9 +464,7 @@ func runControllerRBAC(t *testing.T, negative bool) {
 
 	ns := newNamespace(t)
 	className := ns + "-csi"
-	fs := corev1.PersistentVolumeFilesystem
-	csiClass(t, className, "hostpath.csi.kubefill.test", storagev1.VolumeBindingImmediate,
-		cdiv1.ClaimPropertySet{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, VolumeMode: &fs})
+	csiClass(t, className, "hostpath.csi.kubefill.test", storagev1.VolumeBindingImmediate, rwoFilesystem)
 	// A class without a profile: the controller must create one.
 	bare := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: ns + "-bare"}, Provisioner: "bare.csi.kubefill.test"}
 	if err := k8sClient.Create(ctx, bare); err != nil {

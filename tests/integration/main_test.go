@@ -127,3 +127,34 @@ func newNamespace(t *testing.T) string {
 func cdiGVR(resource string) schema.GroupVersionResource {
 	return cdiv1.SchemeGroupVersion.WithResource(resource)
 }
+
+// startOwnControlPlane starts env, a control plane of one test's own (what
+// describes it), stops it when the test ends, logs how long it took to
+// start, and returns its config and a client.
+func startOwnControlPlane(t *testing.T, env *envtest.Environment, what string) (*rest.Config, client.Client) {
+	t.Helper()
+	started := time.Now()
+	envCfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("starting %s: %v", what, err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Logf("stopping control plane: %v", err)
+		}
+	})
+	t.Logf("%s up in %s", what, time.Since(started).Round(time.Millisecond))
+	envClient, err := client.New(envCfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return envCfg, envClient
+}
+
+// useControlPlane points the helpers, which reach the control plane through
+// cfg and k8sClient, at another one until the test's other cleanups have run.
+func useControlPlane(t *testing.T, envCfg *rest.Config, envClient client.Client) {
+	sharedCfg, sharedClient := cfg, k8sClient
+	cfg, k8sClient = envCfg, envClient
+	t.Cleanup(func() { cfg, k8sClient = sharedCfg, sharedClient })
+}

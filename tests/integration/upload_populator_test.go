@@ -53,9 +53,7 @@ func TestUploadPopulator(t *testing.T) {
 	ns := newNamespace(t)
 	installNS := newNamespace(t)
 	className := ns + "-csi"
-	fs := corev1.PersistentVolumeFilesystem
-	csiClass(t, className, "hostpath.csi.kubefill.test", storagev1.VolumeBindingImmediate,
-		cdiv1.ClaimPropertySet{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, VolumeMode: &fs})
+	csiClass(t, className, "hostpath.csi.kubefill.test", storagev1.VolumeBindingImmediate, rwoFilesystem)
 	startUploadManager(t, installNS)
 
 	src := &cdiv1.VolumeUploadSource{ObjectMeta: metav1.ObjectMeta{Name: "up", Namespace: ns}, Spec: cdiv1.VolumeUploadSourceSpec{ContentType: cdiv1.DataVolumeArchive}}
@@ -198,9 +196,7 @@ func TestDataVolumeUpload(t *testing.T) {
 	ns := newNamespace(t)
 	installNS := newNamespace(t)
 	className := ns + "-csi"
-	fs := corev1.PersistentVolumeFilesystem
-	csiClass(t, className, "hostpath.csi.kubefill.test", storagev1.VolumeBindingWaitForFirstConsumer,
-		cdiv1.ClaimPropertySet{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, VolumeMode: &fs})
+	csiClass(t, className, "hostpath.csi.kubefill.test", storagev1.VolumeBindingWaitForFirstConsumer, rwoFilesystem)
 	startUploadManager(t, installNS)
 	dv := kit.DataVolume(ns, "laptop-disk", kit.Upload(), kit.WithStorage(className, "1Gi"))
 	if err := k8sClient.Create(ctx, dv); err != nil {
@@ -259,9 +255,7 @@ func TestUploadWithoutInstallNamespace(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
 	className := ns + "-csi"
-	fs := corev1.PersistentVolumeFilesystem
-	csiClass(t, className, "hostpath.csi.kubefill.test", storagev1.VolumeBindingImmediate,
-		cdiv1.ClaimPropertySet{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, VolumeMode: &fs})
+	csiClass(t, className, "hostpath.csi.kubefill.test", storagev1.VolumeBindingImmediate, rwoFilesystem)
 	t.Setenv("POD_NAMESPACE", "")
 	startUploadManager(t, "")
 	if err := k8sClient.Create(ctx, &cdiv1.VolumeUploadSource{ObjectMeta: metav1.ObjectMeta{Name: "up", Namespace: ns}}); err != nil {
