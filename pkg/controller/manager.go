@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -86,28 +87,9 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
 	if installNS == "" {
 		installNS = os.Getenv("POD_NAMESPACE")
 	}
-	// The populator kinds this manager runs. The VolumePopulator objects are
-	// registered from this same list: a kind no populator runs is not
-	// declared, so the data-source validator warns about claims naming it
-	// instead of leaving them pending in silence.
-	uploadKind := &populators.UploadKind{
-		Client:     mgr.GetClient(),
-		Reader:     mgr.GetAPIReader(),
-		Namespace:  installNS,
-		Image:      opts.WorkerImage,
-		PullPolicy: opts.WorkerPullPolicy,
-	}
-	kinds := []populators.Kind{
-		&populators.ImportKind{
-			Client:      mgr.GetClient(),
-			Image:       opts.WorkerImage,
-			PullPolicy:  opts.WorkerPullPolicy,
-			MetricsPort: contract.MetricsPort,
-			MaxRetries:  3,
-			Backoff:     10 * time.Second,
-		},
-		uploadKind,
-	}
+	uploadKind := &populators.UploadKind{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: installNS,
+		Image: opts.WorkerImage, PullPolicy: opts.WorkerPullPolicy}
+	kinds := populatorKinds(mgr.GetClient(), opts, uploadKind)
 	var kindNames []string
 	for _, kind := range kinds {
 		r := &populators.Reconciler{
@@ -158,6 +140,34 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
 		}
 	}
 	return mgr, nil
+}
+
+// populatorKinds are the populator kinds the manager runs. The
+// VolumePopulator objects are registered from this same list: a kind no
+// populator runs is not declared, so the data-source validator warns about
+// claims naming it instead of leaving them pending in silence.
+func populatorKinds(c client.Client, opts ManagerOptions, upload *populators.UploadKind) []populators.Kind {
+	return []populators.Kind{
+		&populators.ImportKind{
+			Client:      c,
+			Image:       opts.WorkerImage,
+			PullPolicy:  opts.WorkerPullPolicy,
+			MetricsPort: contract.MetricsPort,
+			MaxRetries:  3,
+			Backoff:     10 * time.Second,
+		},
+		upload,
+	}
+}
+
+// PopulatorKinds names the dataSourceRef kinds the manager fills, and
+// declares through VolumePopulator objects.
+func PopulatorKinds() []string {
+	var names []string
+	for _, k := range populatorKinds(nil, ManagerOptions{}, &populators.UploadKind{}) {
+		names = append(names, k.Name())
+	}
+	return names
 }
 
 // populatorName names a kind's populator for its events: VolumeImportSource
