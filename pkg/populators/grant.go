@@ -29,10 +29,6 @@ const ReferenceGrantGroup = "gateway.networking.k8s.io"
 // its standard channel, v1 by newer ones. Both hold the same objects.
 var ReferenceGrantVersions = []string{"v1beta1", "v1"}
 
-// ReasonSourceNotGranted is the event and running-condition reason for a
-// claim whose cross-namespace source no ReferenceGrant allows.
-const ReasonSourceNotGranted = "SourceNotGranted"
-
 const referenceGrantKind = "ReferenceGrant"
 
 // referenceGrant is the part of a gateway.networking.k8s.io ReferenceGrant

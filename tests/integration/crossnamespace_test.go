@@ -91,26 +91,8 @@ func TestCrossNamespaceImportNeedsReferenceGrant(t *testing.T) {
 		ControlPlaneStopTimeout:  30 * time.Second,
 	}
 	env.ControlPlane.GetAPIServer().Configure().Set("feature-gates", gates)
-	started := time.Now()
-	envCfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("starting a control plane with --feature-gates=%s: %v", gates, err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Logf("stopping control plane: %v", err)
-		}
-	})
-	t.Logf("control plane with --feature-gates=%s up in %s", gates, time.Since(started).Round(time.Millisecond))
-	envClient, err := client.New(envCfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The helpers reach the control plane through cfg and k8sClient: point
-	// them at this one until the test's other cleanups have run.
-	sharedCfg, sharedClient := cfg, k8sClient
-	cfg, k8sClient = envCfg, envClient
-	t.Cleanup(func() { cfg, k8sClient = sharedCfg, sharedClient })
+	envCfg, envClient := startOwnControlPlane(t, env, "control plane with --feature-gates="+gates)
+	useControlPlane(t, envCfg, envClient)
 	if err := doApplyInstall(); err != nil {
 		t.Fatal(err)
 	}
