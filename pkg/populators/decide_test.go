@@ -7,6 +7,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
@@ -134,6 +135,32 @@ func TestNextRebindStep(t *testing.T) {
 	}
 	for _, c := range cases {
 		if got := NextRebindStep(c.target, prime, c.pv); got != c.want {
+			t.Errorf("%s: step %d, want %d", c.name, got, c.want)
+		}
+	}
+}
+
+// TestNextRebindStepAcrossNamespaces: a clone's prime lives in the source's
+// namespace; its volume is rebound to the target all the same, and a claim
+// of the same name and UID elsewhere is a stranger.
+func TestNextRebindStepAcrossNamespaces(t *testing.T) {
+	target := claim(nil, nil)
+	prime := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "prime-u-1", Namespace: "golden", UID: "p-1"}}
+	pv := func(ns, name string, uid types.UID) *corev1.PersistentVolume {
+		return &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-1"}, Spec: corev1.PersistentVolumeSpec{
+			ClaimRef: &corev1.ObjectReference{Namespace: ns, Name: name, UID: uid}}}
+	}
+	for _, c := range []struct {
+		name string
+		pv   *corev1.PersistentVolume
+		want RebindStep
+	}{
+		{"volume holds the prime in the source namespace", pv("golden", "prime-u-1", "p-1"), RebindPatchClaimRef},
+		{"claimRef moved to the target's namespace", pv("vms", "disk", "u-1"), RebindWaitForBind},
+		{"prime's name and UID in the target's namespace", pv("vms", "prime-u-1", "p-1"), RebindConflict},
+		{"target's name and UID in the source namespace", pv("golden", "disk", "u-1"), RebindConflict},
+	} {
+		if got := NextRebindStep(target, prime, c.pv); got != c.want {
 			t.Errorf("%s: step %d, want %d", c.name, got, c.want)
 		}
 	}
