@@ -1,0 +1,245 @@
+package cloner
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+)
+
+// zeroBlock is the granularity at which zeros become holes on the target.
+// CDI's upload server uses 32 KiB; 4 KiB (the page and file-system block
+// size) keeps the target's allocation as close to the source's, for the
+// same cost (the check is a memory compare).
+const zeroBlock = 4 << 10
+
+var zeros = make([]byte, 1<<20)
+
+// ErrTooBig is returned when the stream does not fit the destination.
+var ErrTooBig = errors.New("the clone source is larger than the destination")
+
+// holeWriter writes a stream sequentially into f, turning all-zero blocks
+// into holes. On a fresh file (fresh) holes are made by not writing, and
+// finish sets the length; otherwise (a device, or a file standing in for
+// one) zero ranges are punched, or written as zeros where punching fails,
+// so no stale data survives.
+type holeWriter struct {
+	f     *os.File
+	name  string
+	fresh bool
+	limit int64 // no byte at or past limit may be written; 0 = none
+
+	off       int64 // logical position
+	data      int64 // bytes of data written
+	zeroStart int64 // pending zero range [zeroStart, off) on a device
+	noPunch   bool
+	unsynced  int64 // data written since writeback was last started
+}
+
+// writebackEvery: every so many bytes written, the kernel is asked to start
+// writing the dirty pages out, so that the disk works while the stream
+// goes on and the final fsync has little left to do.
+const writebackEvery = 32 << 20
+
+func newHoleWriter(f *os.File, name string, fresh bool, limit int64) *holeWriter {
+	return &holeWriter{f: f, name: name, fresh: fresh, limit: limit, zeroStart: -1}
+}
+
+// Write implements io.Writer.
+func (w *holeWriter) Write(p []byte) (int, error) {
+	if w.limit > 0 && w.off+int64(len(p)) > w.limit {
+		return 0, fmt.Errorf("%w: more than %d bytes received, but %s holds only %d", ErrTooBig, w.limit, w.name, w.limit)
+	}
+	i := 0
+	for i < len(p) {
+		// Blocks are aligned on absolute offsets.
+		end := min(len(p), i+zeroBlock-int((w.off+int64(i))%zeroBlock))
+		if isZero(p[i:end]) {
+			if w.zeroStart < 0 {
+				w.zeroStart = w.off + int64(i)
+			}
+			i = end
+			continue
+		}
+		j := end
+		for j < len(p) {
+			k := min(len(p), j+zeroBlock)
+			if isZero(p[j:k]) {
+				break
+			}
+			j = k
+		}
+		at := w.off + int64(i)
+		if err := w.flushZeros(at); err != nil {
+			return i, err
+		}
+		if _, err := w.f.WriteAt(p[i:j], at); err != nil {
+			if errors.Is(err, unix.ENOSPC) {
+				return i, fmt.Errorf("%w: the destination is full (writing %s at byte %d)", ErrTooBig, w.name, at)
+			}
+			return i, fmt.Errorf("writing %s at byte %d: %w", w.name, at, err)
+		}
+		w.data += int64(j - i)
+		if w.unsynced += int64(j - i); w.unsynced >= writebackEvery {
+			w.unsynced = 0
+			_ = unix.SyncFileRange(int(w.f.Fd()), 0, 0, unix.SYNC_FILE_RANGE_WRITE)
+		}
+		i = j
+	}
+	w.off += int64(len(p))
+	return len(p), nil
+}
+
+// flushZeros makes the pending zero range, which ends at end, read as zeros.
+func (w *holeWriter) flushZeros(end int64) error {
+	start := w.zeroStart
+	w.zeroStart = -1
+	if start < 0 || w.fresh || end <= start {
+		return nil
+	}
+	if !w.noPunch {
+		err := unix.Fallocate(int(w.f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, start, end-start)
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) {
+			w.noPunch = true // not this device: write zeros from now on
+		}
+		// Other errors (an unaligned tail, say): write zeros for this range.
+	}
+	for off := start; off < end; {
+		n := min(end-off, int64(len(zeros)))
+		if _, err := w.f.WriteAt(zeros[:n], off); err != nil {
+			return fmt.Errorf("zeroing %s at byte %d: %w", w.name, off, err)
+		}
+		off += n
+	}
+	return nil
+}
+
+// finish completes the pending holes and, on a fresh file, sets its length.
+func (w *holeWriter) finish() error {
+	if err := w.flushZeros(w.off); err != nil {
+		return err
+	}
+	if w.fresh {
+		if err := w.f.Truncate(w.off); err != nil {
+			return fmt.Errorf("setting the size of %s: %w", w.name, err)
+		}
+	}
+	return nil
+}
+
+func isZero(b []byte) bool {
+	for len(b) > 0 {
+		n := min(len(b), len(zeros))
+		if !bytes.Equal(b[:n], zeros[:n]) {
+			return false
+		}
+		b = b[n:]
+	}
+	return true
+}
+
+// copier copies an entry or a raw stream into a holeWriter. Reading
+// (decompressing, parsing the tar) stays on the caller's goroutine while
+// a second goroutine checks for zeros and writes, each 1 MiB buffer handed
+// over without a copy.
+type copier struct {
+	bufs [][]byte
+}
+
+func newCopier() *copier {
+	c := &copier{}
+	for range 3 {
+		c.bufs = append(c.bufs, make([]byte, 1<<20))
+	}
+	return c
+}
+
+// copy copies r to w until r's io.EOF; any other error from r (an
+// io.ErrUnexpectedEOF from a body cut short, a CRC error) fails it. size,
+// if known (>= 0), lets small entries skip the second goroutine.
+func (c *copier) copy(w io.Writer, r io.Reader, size int64) (int64, error) {
+	if size >= 0 && size <= int64(len(c.bufs[0])) {
+		return copySync(w, r, c.bufs[0])
+	}
+	free := make(chan []byte, len(c.bufs))
+	for _, b := range c.bufs {
+		free <- b
+	}
+	work := make(chan []byte, len(c.bufs))
+	var failed atomic.Bool
+	werrc := make(chan error, 1)
+	go func() {
+		var werr error
+		for b := range work {
+			if werr == nil {
+				if _, werr = w.Write(b); werr != nil {
+					failed.Store(true)
+				}
+			}
+			free <- b[:cap(b)]
+		}
+		werrc <- werr
+	}()
+	var total int64
+	var rerr error
+	for !failed.Load() {
+		b := <-free
+		n, err := fill(r, b)
+		if n > 0 {
+			work <- b[:n]
+			total += int64(n)
+		} else {
+			free <- b
+		}
+		if err != nil {
+			if err != io.EOF {
+				rerr = err
+			}
+			break
+		}
+	}
+	close(work)
+	if werr := <-werrc; werr != nil {
+		return total, werr
+	}
+	return total, rerr
+}
+
+func copySync(w io.Writer, r io.Reader, buf []byte) (int64, error) {
+	var total int64
+	for {
+		n, err := fill(r, buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return total, werr
+			}
+			total += int64(n)
+		}
+		if err == io.EOF {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+	}
+}
+
+// fill reads until buf is full or r fails, passing r's error through.
+func fill(r io.Reader, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		m, err := r.Read(buf[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}

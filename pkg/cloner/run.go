@@ -1,0 +1,339 @@
+package cloner
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kubefill/kubefill/pkg/contract"
+)
+
+// Job is the work of one clone source pod.
+type Job struct {
+	Source Source
+	// UploadURL is the target upload server's URL; an empty path means
+	// UploadPath.
+	UploadURL string
+	// OwnerUID labels the progress metric (the target claim's UID).
+	OwnerUID string
+	// ServerCA verifies the upload server; ClientCert and ClientKey are
+	// this clone's client certificate (its name binds the stream to the
+	// clone). All PEM.
+	ServerCA, ClientCert, ClientKey []byte
+
+	// TerminationLog receives the JSON outcome; empty skips it.
+	TerminationLog string
+	// MetricsAddr is where progress is served over HTTPS; empty disables it.
+	MetricsAddr string
+	// OnMetrics, if set, is told the metrics address once it listens.
+	OnMetrics func(addr string)
+	// Attempts bounds the tries to reach the server before any byte is
+	// sent (it may not be listening yet); 5 if zero.
+	Attempts int
+	Log      logr.Logger
+}
+
+// JobFromEnv reads a job from CDI's cloner environment: VOLUME_MODE,
+// MOUNT_POINT (the source; CDI's paths by mode if empty), UPLOAD_URL,
+// OWNER_UID, PREALLOCATION, and SERVER_CA_CERT, CLIENT_CERT, CLIENT_KEY,
+// which hold PEM (CDI's way) or name files holding it.
+func JobFromEnv(getenv func(string) string) (Job, error) {
+	var j Job
+	mode, err := ParseMode(getenv(EnvVolumeMode))
+	if err != nil {
+		return j, err
+	}
+	j.Source.Mode = mode
+	j.Source.Path = getenv(EnvMountPoint)
+	if j.Source.Path == "" {
+		j.Source.Path = SourceMountPoint
+		if mode == Block {
+			j.Source.Path = contract.BlockPath
+		}
+	}
+	if v := getenv(EnvPreallocation); v != "" {
+		if j.Source.Dense, err = strconv.ParseBool(v); err != nil {
+			return j, fmt.Errorf("%s=%q is not a boolean", EnvPreallocation, v)
+		}
+	}
+	j.UploadURL = getenv(EnvUploadURL)
+	j.OwnerUID = getenv(EnvOwnerUID)
+	for _, p := range []struct {
+		env string
+		dst *[]byte
+	}{{EnvServerCACert, &j.ServerCA}, {EnvClientCert, &j.ClientCert}, {EnvClientKey, &j.ClientKey}} {
+		if *p.dst, err = pemValue(getenv(p.env)); err != nil {
+			return j, fmt.Errorf("%s: %w", p.env, err)
+		}
+	}
+	return j, nil
+}
+
+// pemValue is v itself if it is PEM, else the content of the file it names.
+func pemValue(v string) ([]byte, error) {
+	if v == "" || strings.Contains(v, "-----BEGIN") {
+		return []byte(v), nil
+	}
+	return os.ReadFile(v)
+}
+
+func (j Job) validate() error {
+	var missing []string
+	if j.UploadURL == "" {
+		missing = append(missing, EnvUploadURL)
+	}
+	if len(j.ServerCA) == 0 {
+		missing = append(missing, EnvServerCACert)
+	}
+	if len(j.ClientCert) == 0 {
+		missing = append(missing, EnvClientCert)
+	}
+	if len(j.ClientKey) == 0 {
+		missing = append(missing, EnvClientKey)
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("the clone job lacks %s", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// HTTPError is a non-2xx answer of the upload server.
+type HTTPError struct {
+	Status int
+	Body   string
+}
+
+func (e *HTTPError) Error() string {
+	return fmt.Sprintf("the upload server answered %d %s: %s", e.Status, http.StatusText(e.Status), e.Body)
+}
+
+// permanent: a 4xx that retrying cannot fix (not 401, which a renewed
+// certificate fixes, nor 408/429).
+func permanent(err error) bool {
+	var he *HTTPError
+	if errors.As(err, &he) {
+		switch he.Status {
+		case http.StatusUnauthorized, http.StatusRequestTimeout, http.StatusTooManyRequests:
+			return false
+		}
+		return he.Status >= 400 && he.Status < 500
+	}
+	return false
+}
+
+// Run streams the source to the upload server and writes the termination
+// message: Succeeded ("Clone Complete") only once the server answered 2xx.
+func Run(ctx context.Context, job Job) (err error) {
+	log := job.Log
+	defer func() {
+		if job.TerminationLog == "" {
+			return
+		}
+		m := contract.TerminationMessage{Outcome: contract.OutcomeSucceeded}
+		text := MessageCloneComplete
+		if err != nil {
+			m.Outcome, text = contract.OutcomeFailed, err.Error()
+			if permanent(err) {
+				p := true
+				m.Permanent = &p
+			}
+		}
+		m.Message = &text
+		if werr := contract.WriteTermination(job.TerminationLog, m); werr != nil && err == nil {
+			err = werr
+		}
+	}()
+	if err := job.validate(); err != nil {
+		return err
+	}
+	client, target, err := uploadClient(job)
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	progress, err := NewProgress(reg, job.OwnerUID)
+	if err != nil {
+		return err
+	}
+	if job.MetricsAddr != "" {
+		ms, err := StartMetrics(job.MetricsAddr, reg)
+		if err != nil {
+			return fmt.Errorf("serving metrics: %w", err)
+		}
+		defer ms.Close()
+		if job.OnMetrics != nil {
+			job.OnMetrics(ms.Addr())
+		}
+	}
+	log.Info("cloning", "source", job.Source.Path, "mode", job.Source.Mode, "contentType", job.Source.ContentType(), "url", target)
+	start := time.Now()
+	st, err := upload(ctx, client, target, job, progress.Update)
+	if err != nil {
+		return err
+	}
+	progress.Done()
+	if len(st.Skipped) > 0 {
+		log.Info("special files were left out of the clone", "count", len(st.Skipped), "first", st.Skipped[0])
+	}
+	log.Info("clone complete", "read", st.Read, "total", st.Total, "files", st.Files, "sparseFiles", st.SparseFiles, "took", time.Since(start).String())
+	return nil
+}
+
+// uploadClient is an HTTP/1.1-only client presenting the clone's
+// certificate and trusting only the upload server CA.
+func uploadClient(job Job) (*http.Client, string, error) {
+	u, err := url.Parse(job.UploadURL)
+	if err != nil || u.Scheme != "https" || u.Host == "" {
+		return nil, "", fmt.Errorf("%s %q is not an https URL", EnvUploadURL, job.UploadURL)
+	}
+	if u.Path == "" || u.Path == "/" {
+		u.Path = UploadPath
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(job.ServerCA) {
+		return nil, "", fmt.Errorf("%s holds no PEM certificate", EnvServerCACert)
+	}
+	cert, err := tls.X509KeyPair(job.ClientCert, job.ClientKey)
+	if err != nil {
+		return nil, "", fmt.Errorf("loading the client certificate: %w", err)
+	}
+	tr := &http.Transport{
+		Proxy:               nil, // a Service in the cluster: never through a proxy
+		DialContext:         (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout: 30 * time.Second,
+		TLSClientConfig: &tls.Config{
+			MinVersion:   tls.VersionTLS12,
+			RootCAs:      pool,
+			Certificates: []tls.Certificate{cert},
+			NextProtos:   []string{"http/1.1"},
+		},
+		ForceAttemptHTTP2: false,
+		TLSNextProto:      map[string]func(string, *tls.Conn) http.RoundTripper{}, // HTTP/1.1 only
+		WriteBufferSize:   256 << 10,
+		DisableKeepAlives: true,
+	}
+	return &http.Client{Transport: tr}, u.String(), nil
+}
+
+// upload POSTs the stream, produced as the transport reads it (nothing is
+// buffered). A failure of the source aborts the request, so the server
+// sees a cut body, never a clean end. Attempts that fail before the first
+// byte is read (the server is not listening yet) are retried.
+func upload(ctx context.Context, client *http.Client, target string, job Job, progress func(done, total int64)) (Stats, error) {
+	attempts := job.Attempts
+	if attempts <= 0 {
+		attempts = 5
+	}
+	for i := 1; ; i++ {
+		st, started, err := uploadOnce(ctx, client, target, job.Source, progress)
+		if err == nil || started || !dialError(err) || i >= attempts || ctx.Err() != nil {
+			return st, err
+		}
+		wait := time.Duration(1<<(i-1)) * time.Second
+		job.Log.Info("the upload server is not reachable yet; retrying", "error", err.Error(), "in", wait.String())
+		select {
+		case <-ctx.Done():
+			return st, context.Cause(ctx)
+		case <-time.After(wait):
+		}
+	}
+}
+
+// dialError: the server could not be reached at all (not listening yet,
+// its name not resolving yet). TLS refusals and answers are not retried.
+func dialError(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	var dns *net.DNSError
+	return errors.As(err, &dns)
+}
+
+// streamBody starts the producer on the first Read.
+type streamBody struct {
+	pr    *io.PipeReader
+	start func()
+	once  sync.Once
+}
+
+func (b *streamBody) Read(p []byte) (int, error) {
+	b.once.Do(b.start)
+	return b.pr.Read(p)
+}
+
+func (b *streamBody) Close() error { return b.pr.Close() }
+
+var errAborted = errors.New("the upload request ended before the stream")
+
+func uploadOnce(ctx context.Context, client *http.Client, target string, src Source, progress func(done, total int64)) (Stats, bool, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pr, pw := io.Pipe()
+	type result struct {
+		st  Stats
+		err error
+	}
+	done := make(chan result, 1)
+	started := false
+	body := &streamBody{pr: pr, start: func() {
+		started = true
+		go func() {
+			st, err := WriteStream(ctx, pw, src, progress)
+			pw.CloseWithError(err) // nil: a clean end of the body
+			done <- result{st, err}
+		}()
+	}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, body)
+	if err != nil {
+		return Stats{}, false, err
+	}
+	req.ContentLength = -1 // chunked: the size is not known in advance
+	req.Header.Set(HeaderContentType, src.ContentType())
+	req.Header.Set("Content-Type", "application/octet-stream")
+	resp, err := client.Do(req)
+	var respErr error
+	if err != nil {
+		respErr = fmt.Errorf("posting the clone stream to %s: %w", target, err)
+	} else {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+		if resp.StatusCode/100 != 2 {
+			respErr = &HTTPError{Status: resp.StatusCode, Body: strings.TrimSpace(string(msg))}
+		}
+	}
+	// The request is over: stop the producer if it still runs.
+	pr.CloseWithError(errAborted)
+	// started is written by the transport's goroutine before Do returns.
+	body.once.Do(func() {})
+	if !started {
+		return Stats{}, false, respErr
+	}
+	if respErr != nil {
+		cancel()
+	}
+	res := <-done
+	switch {
+	case res.err != nil && !errors.Is(res.err, errAborted) && !errors.Is(res.err, io.ErrClosedPipe) && !errors.Is(res.err, context.Canceled):
+		return res.st, true, fmt.Errorf("reading the clone source: %w", res.err)
+	case respErr != nil:
+		return res.st, true, respErr
+	case res.err != nil:
+		return res.st, true, fmt.Errorf("the clone stream did not complete: %w", res.err)
+	}
+	return res.st, true, nil
+}
