@@ -25,6 +25,7 @@ import (
 	"github.com/kubefill/kubefill/pkg/pki"
 	"github.com/kubefill/kubefill/pkg/token"
 	"github.com/kubefill/kubefill/tests/cluster"
+	"github.com/kubefill/kubefill/tests/kit"
 )
 
 // testNetns is a network namespace joined to the host by a veth pair with one
@@ -132,11 +133,13 @@ func (n *testNetns) listen(t *testing.T, port int) net.Listener {
 	return r.ln
 }
 
-// The stretch goal: kube-apiserver's aggregator routes UploadTokenRequests to
-// our server through a real APIService, and a typed client creates one.
-func testThroughAggregator(t *testing.T, e *aggEnv) {
+// serveTokenAPI runs `kubefill apiserver` in a network namespace behind a
+// real APIService, so that requests go through kube-apiserver's
+// aggregator, and fails the test unless the APIService is Available within
+// availableWithin; it returns the install namespace holding the signing key.
+func serveTokenAPI(t *testing.T, e *aggEnv, availableWithin time.Duration) string {
+	t.Helper()
 	n := newTestNetns(t)
-	ctx := context.Background()
 	const port = 8443
 	installNS := e.namespace(t, "kubefill-")
 	svcName := "kubefill-api"
@@ -148,7 +151,7 @@ func testThroughAggregator(t *testing.T, e *aggEnv) {
 		t.Fatal(err)
 	}
 	ln := n.listen(t, port)
-	runCtx, cancel := context.WithCancel(ctx)
+	runCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- apiserver.Run(runCtx, e.cfg, apiserver.RunOptions{
@@ -173,30 +176,26 @@ func testThroughAggregator(t *testing.T, e *aggEnv) {
 
 	// Service without selector + EndpointSlice at the namespace's address.
 	svc, slice, apisvc := cluster.TokenAPIObjects(installNS, n.nsAddr, port, sc.CAPEM)
-	for _, o := range []client.Object{svc, slice} {
-		if err := e.client.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	applied := time.Now()
-	if err := e.client.Create(ctx, apisvc); err != nil {
-		t.Fatal(err)
+	for _, o := range []client.Object{svc, slice, apisvc} {
+		mustCreate(t, e.client, o)
 	}
 	t.Cleanup(func() { _ = e.client.Delete(context.Background(), apisvc) })
-	for {
-		if err := e.client.Get(ctx, client.ObjectKeyFromObject(apisvc), apisvc); err != nil {
-			t.Fatal(err)
+	took := kit.Eventually(t, availableWithin, kit.Interval, "APIService v1beta1.upload.cdi.kubevirt.io to be Available", func() (bool, string, error) {
+		if err := e.client.Get(context.Background(), client.ObjectKeyFromObject(apisvc), apisvc); err != nil {
+			return false, "", err
 		}
 		available, message := cluster.APIServiceAvailable(apisvc)
-		if available {
-			break
-		}
-		if time.Since(applied) > 60*time.Second {
-			t.Fatalf("APIService not Available within 60s: %s", message)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Logf("APIService v1beta1.upload.cdi.kubevirt.io Available %s after apply", time.Since(applied).Round(time.Millisecond))
+		return available, message, nil
+	})
+	t.Logf("APIService v1beta1.upload.cdi.kubevirt.io Available %s after apply", took.Round(time.Millisecond))
+	return installNS
+}
+
+// The stretch goal: kube-apiserver's aggregator routes UploadTokenRequests to
+// our server through a real APIService, and a typed client creates one.
+func testThroughAggregator(t *testing.T, e *aggEnv) {
+	ctx := context.Background()
+	installNS := serveTokenAPI(t, e, 60*time.Second)
 
 	// Discovery through kube-apiserver lists our resource.
 	dc, err := discovery.NewDiscoveryClientForConfig(e.cfg)
@@ -204,28 +203,20 @@ func testThroughAggregator(t *testing.T, e *aggEnv) {
 		t.Fatal(err)
 	}
 	var resources *metav1.APIResourceList
-	for start := time.Now(); ; time.Sleep(100 * time.Millisecond) {
+	kit.Eventually(t, 30*time.Second, kit.Interval, "discovery through the aggregator to list "+uploadv1.SchemeGroupVersion.String(), func() (bool, string, error) {
 		resources, err = dc.ServerResourcesForGroupVersion(uploadv1.SchemeGroupVersion.String())
-		if err == nil || time.Since(start) > 30*time.Second {
-			break
-		}
-	}
+		return err == nil, "", err
+	})
 	if err != nil || len(resources.APIResources) != 1 || resources.APIResources[0].Name != "uploadtokenrequests" {
 		t.Fatalf("discovery through the aggregator: %v %+v", err, resources)
 	}
 
 	// kube-apiserver aggregates our OpenAPI v3 document (it refuses ones it cannot parse).
-	var v3path string
-	for start := time.Now(); ; time.Sleep(200 * time.Millisecond) {
+	v3path := "/openapi/v3/apis/upload.cdi.kubevirt.io/v1beta1"
+	kit.Eventually(t, 60*time.Second, 200*time.Millisecond, "kube-apiserver's /openapi/v3 to list our group version", func() (bool, string, error) {
 		raw, err := dc.RESTClient().Get().AbsPath("/openapi/v3").DoRaw(ctx)
-		if err == nil && strings.Contains(string(raw), `"apis/upload.cdi.kubevirt.io/v1beta1"`) {
-			v3path = "/openapi/v3/apis/upload.cdi.kubevirt.io/v1beta1"
-			break
-		}
-		if time.Since(start) > 60*time.Second {
-			t.Fatalf("kube-apiserver's /openapi/v3 does not list our group version: %v", err)
-		}
-	}
+		return err == nil && strings.Contains(string(raw), `"apis/upload.cdi.kubevirt.io/v1beta1"`), "", err
+	})
 	raw, err := dc.RESTClient().Get().AbsPath(v3path).DoRaw(ctx)
 	if err != nil || !strings.Contains(string(raw), "io.kubevirt.cdi.upload.v1beta1.UploadTokenRequest") {
 		t.Fatalf("aggregated OpenAPI v3 document: %v %.200s", err, raw)

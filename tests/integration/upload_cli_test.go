@@ -15,60 +15,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
-	"github.com/kubefill/kubefill/pkg/apiserver"
-	"github.com/kubefill/kubefill/pkg/pki"
 	"github.com/kubefill/kubefill/pkg/token"
 	"github.com/kubefill/kubefill/pkg/uploadcli"
-	"github.com/kubefill/kubefill/tests/cluster"
 	"github.com/kubefill/kubefill/tests/kit"
 )
-
-// serveTokenAPI runs `kubefill apiserver` in a network namespace behind a
-// real APIService, so that UploadTokenRequests go through kube-apiserver's
-// aggregator; it returns the install namespace holding the signing key.
-func serveTokenAPI(t *testing.T, e *aggEnv) string {
-	t.Helper()
-	n := newTestNetns(t)
-	const port = 8443
-	installNS := e.namespace(t, "kubefill-")
-	svcName := "kubefill-api"
-	dir := t.TempDir()
-	sc, err := pki.GenerateServingCert("kubefill-api", []string{svcName + "." + installNS + ".svc", n.nsAddr}, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln := n.listen(t, port)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- apiserver.Run(ctx, e.cfg, apiserver.RunOptions{
-			Options:          apiserver.Options{CertFile: writeFile(t, dir, "tls.crt", sc.CertPEM), KeyFile: writeFile(t, dir, "tls.key", sc.KeyPEM), Listener: ln},
-			InstallNamespace: installNS, SigningKeySecret: token.DefaultSigningKeySecretName,
-			UploadTokenTTL: 5 * time.Minute, CloneTokenTTL: 5 * time.Minute, TokenLeeway: 10 * time.Second, DisableWebhooks: true,
-		})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Error("apiserver.Run did not stop")
-		}
-	})
-	svc, slice, apisvc := cluster.TokenAPIObjects(installNS, n.nsAddr, port, sc.CAPEM)
-	for _, o := range []client.Object{svc, slice, apisvc} {
-		mustCreate(t, e.client, o)
-	}
-	t.Cleanup(func() { _ = e.client.Delete(context.Background(), apisvc) })
-	kit.Until(t, 90*time.Second, "APIService v1beta1.upload.cdi.kubevirt.io Available", func() bool {
-		if err := e.client.Get(context.Background(), client.ObjectKeyFromObject(apisvc), apisvc); err != nil {
-			return false
-		}
-		ok, _ := cluster.APIServiceAvailable(apisvc)
-		return ok
-	})
-	return installNS
-}
 
 // TestUploadCLIEndToEnd runs `kubefill upload pvc` (uploadcli.Runner) for
 // real: it reads the proxy URL from CDIConfig, creates the PVC and its
@@ -78,7 +28,7 @@ func serveTokenAPI(t *testing.T, e *aggEnv) string {
 // The test plays the upload populator (no controller or kubelet here).
 func TestUploadCLIEndToEnd(t *testing.T) {
 	e := startAggEnv(t)
-	installNS := serveTokenAPI(t, e)
+	installNS := serveTokenAPI(t, e, 90*time.Second)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ns := e.namespace(t, "cli-upload-")
