@@ -501,24 +501,13 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 }
 
 func (c *Cluster) waitAPIReady(ctx context.Context, rec procRecord) error {
-	ctx, cancel := context.WithTimeout(ctx, componentStartupTimeout)
-	defer cancel()
-	var lastErr error
-	for {
+	return waitReady(ctx, rec, componentStartupTimeout, controlPlaneReadyInterval, "kube-apiserver not ready", func(ctx context.Context) (bool, string) {
 		body, err := c.Client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
-		if err == nil && strings.TrimSpace(string(body)) == "ok" {
-			return nil
+		if err != nil {
+			return false, err.Error()
 		}
-		lastErr = err
-		if !rec.alive() {
-			return fmt.Errorf("kube-apiserver exited:\n%s", logTail(rec.LogFile, 30))
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("kube-apiserver not ready: %v\n%s", lastErr, logTail(rec.LogFile, 30))
-		case <-time.After(controlPlaneReadyInterval):
-		}
-	}
+		return strings.TrimSpace(string(body)) == "ok", "/readyz: " + strings.TrimSpace(string(body))
+	})
 }
 
 // waitServiceAccount waits until the service-account controller has made a
@@ -547,23 +536,14 @@ func (c *Cluster) WaitServiceAccount(ctx context.Context, ns string) error {
 }
 
 func waitTCP(ctx context.Context, rec procRecord, addr string) error {
-	ctx, cancel := context.WithTimeout(ctx, componentStartupTimeout)
-	defer cancel()
-	for {
+	return waitReady(ctx, rec, componentStartupTimeout, 50*time.Millisecond, rec.Name+" not listening on "+addr, func(context.Context) (bool, string) {
 		conn, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			conn.Close()
-			return nil
+		if err != nil {
+			return false, err.Error()
 		}
-		if !rec.alive() {
-			return fmt.Errorf("%s exited:\n%s", rec.Name, logTail(rec.LogFile, 30))
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s not listening on %s:\n%s", rec.Name, addr, logTail(rec.LogFile, 30))
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+		conn.Close()
+		return true, ""
+	})
 }
 
 // freePorts asks the kernel for n free loopback ports.

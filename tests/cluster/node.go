@@ -100,37 +100,34 @@ func (c *Cluster) startNodeAgent(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	wctx, cancel := context.WithTimeout(ctx, componentStartupTimeout)
-	defer cancel()
-	for {
+	err = waitReady(ctx, rec, componentStartupTimeout, 50*time.Millisecond, "node "+c.NodeName+" never became Ready with its CSINode", func(ctx context.Context) (bool, string) {
+		node, err := c.Client.CoreV1().Nodes().Get(ctx, c.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
 		ready := false
-		node, err := c.Client.CoreV1().Nodes().Get(wctx, c.NodeName, metav1.GetOptions{})
-		if err == nil {
-			for _, cond := range node.Status.Conditions {
-				if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
-					ready = true
-				}
-			}
-			// The node lifecycle controller removes the not-ready taint.
-			for _, t := range node.Spec.Taints {
-				if t.Key == "node.kubernetes.io/not-ready" {
-					ready = false
-				}
+		for _, cond := range node.Status.Conditions {
+			if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+				ready = true
 			}
 		}
-		if ready {
-			if csiNode, err := c.Client.StorageV1().CSINodes().Get(wctx, c.NodeName, metav1.GetOptions{}); err == nil && len(csiNode.Spec.Drivers) > 0 {
-				break
+		// The node lifecycle controller removes the not-ready taint.
+		for _, t := range node.Spec.Taints {
+			if t.Key == "node.kubernetes.io/not-ready" {
+				ready = false
 			}
 		}
-		if !rec.alive() {
-			return fmt.Errorf("node agent exited:\n%s", logTail(rec.LogFile, 30))
+		if !ready {
+			return false, "node not Ready"
 		}
-		select {
-		case <-wctx.Done():
-			return fmt.Errorf("node %s never became Ready with its CSINode:\n%s", c.NodeName, logTail(rec.LogFile, 30))
-		case <-time.After(50 * time.Millisecond):
+		csiNode, err := c.Client.StorageV1().CSINodes().Get(ctx, c.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return false, "CSINode: " + err.Error()
 		}
+		return len(csiNode.Spec.Drivers) > 0, "CSINode has no drivers"
+	})
+	if err != nil {
+		return err
 	}
 	logf("cluster: node %s ready, pod subnet %s (%s)", c.NodeName, subnet, time.Since(t0).Round(time.Millisecond))
 	return nil

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -154,4 +155,34 @@ func describeExit(err error) string {
 		}
 	}
 	return err.Error()
+}
+
+// waitReady calls ready every interval, for at most timeout, until it says
+// done. It gives up at once, with the end of the log, if rec's process
+// exits; on timeout the error is notReady, ready's last status and the end
+// of rec's log.
+func waitReady(ctx context.Context, rec procRecord, timeout, interval time.Duration, notReady string, ready func(context.Context) (done bool, status string)) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last string
+	for {
+		done, status := ready(ctx)
+		if done {
+			return nil
+		}
+		if status != "" {
+			last = status
+		}
+		if !rec.alive() {
+			return fmt.Errorf("%s exited:\n%s", rec.Name, logTail(rec.LogFile, 30))
+		}
+		select {
+		case <-ctx.Done():
+			if last != "" {
+				notReady += " (" + last + ")"
+			}
+			return fmt.Errorf("%s:\n%s", notReady, logTail(rec.LogFile, 30))
+		case <-time.After(interval):
+		}
+	}
 }

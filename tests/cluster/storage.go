@@ -249,19 +249,8 @@ func (c *Cluster) installStorageObjects(ctx context.Context, dyn dynamic.Interfa
 }
 
 func waitFile(ctx context.Context, rec procRecord, path string) error {
-	ctx, cancel := context.WithTimeout(ctx, componentStartupTimeout)
-	defer cancel()
-	for {
-		if _, err := os.Stat(path); err == nil {
-			return nil
-		}
-		if !rec.alive() {
-			return fmt.Errorf("%s exited:\n%s", rec.Name, logTail(rec.LogFile, 30))
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s never created %s:\n%s", rec.Name, path, logTail(rec.LogFile, 30))
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	return waitReady(ctx, rec, componentStartupTimeout, 20*time.Millisecond, rec.Name+" never created "+path, func(context.Context) (bool, string) {
+		_, err := os.Stat(path)
+		return err == nil, ""
+	})
 }

@@ -291,27 +291,13 @@ func applyAPIService(ctx context.Context, dyn dynamic.Interface, obj *unstructur
 }
 
 func waitAPIServiceAvailable(ctx context.Context, dyn dynamic.Interface, rec procRecord) error {
-	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
-	defer cancel()
-	last := "not read yet"
-	for {
+	return waitReady(ctx, rec, 90*time.Second, 200*time.Millisecond, "APIService "+uploadAPIService+" never became Available", func(ctx context.Context) (bool, string) {
 		obj, err := dyn.Resource(apiServiceGVR).Get(ctx, uploadAPIService, metav1.GetOptions{})
-		if err == nil {
-			ok, msg := APIServiceAvailable(obj)
-			if ok {
-				return nil
-			}
-			last = msg
+		if err != nil {
+			return false, "not read: " + err.Error()
 		}
-		if !rec.alive() {
-			return fmt.Errorf("kubefill apiserver exited:\n%s", logTail(rec.LogFile, 30))
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("APIService %s never became Available (%s):\n%s", uploadAPIService, last, logTail(rec.LogFile, 30))
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+		return APIServiceAvailable(obj)
+	})
 }
 
 // writeSecretFiles waits up to a minute for a Secret and writes the data
@@ -359,27 +345,13 @@ func waitHealthy(ctx context.Context, url string, caPEM []byte, rec procRecord) 
 	roots.AppendCertsFromPEM(caPEM)
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}}
 	defer hc.CloseIdleConnections()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	var last error
-	for {
+	return waitReady(ctx, rec, 30*time.Second, 200*time.Millisecond, rec.Name+" not healthy at "+url+" after 30s", func(ctx context.Context) (bool, string) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		resp, err := hc.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			err = fmt.Errorf("%s answered %s", url, resp.Status)
+		if err != nil {
+			return false, err.Error()
 		}
-		last = err
-		if !rec.alive() {
-			return fmt.Errorf("%s exited:\n%s", rec.Name, logTail(rec.LogFile, 30))
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("not healthy after 30s (%v):\n%s", last, logTail(rec.LogFile, 30))
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, url + " answered " + resp.Status
+	})
 }

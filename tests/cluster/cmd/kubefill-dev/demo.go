@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kubefill/kubefill/tests/cluster"
+	"github.com/kubefill/kubefill/tests/kit"
 )
 
 const demoNamespace = "kubefill-demo"
@@ -131,7 +132,7 @@ func runDemoPod(ctx context.Context, client kubernetes.Interface, name, claim, s
 		if err != nil {
 			return false, nil
 		}
-		return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed, nil
+		return kit.Terminal(pod.Status.Phase), nil
 	}); err != nil {
 		return "", fmt.Errorf("pod %s never finished: %w", name, err)
 	}

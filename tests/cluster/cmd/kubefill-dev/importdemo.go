@@ -27,6 +27,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+	"github.com/kubefill/kubefill/tests/kit"
 )
 
 var dataVolumeGVR = schema.GroupVersionResource{Group: "cdi.kubevirt.io", Version: "v1beta1", Resource: "datavolumes"}
@@ -153,7 +154,7 @@ func runImportDemo(ctx context.Context, cfg *rest.Config, client kubernetes.Inte
 			fmt.Printf("  %6.1fs  %s\n", time.Since(start).Seconds(), step)
 			last = step
 		}
-		return got.Status.Phase == cdiv1.Succeeded || got.Status.Phase == cdiv1.Failed, nil
+		return kit.Terminal(got.Status.Phase), nil
 	}); err != nil {
 		return fmt.Errorf("DataVolume %s did not finish: %w", dvName, err)
 	}
