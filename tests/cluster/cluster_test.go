@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubefill/kubefill/tests/kit"
 )
 
 // TestControlPlaneStartStop starts the control plane alone, checks the parts
@@ -41,19 +44,12 @@ func TestControlPlaneStartStop(t *testing.T) {
 	}
 	// kube-controller-manager publishes the cluster CA (it was given
 	// --root-ca-file) into every namespace.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		cm, err := c.Client.CoreV1().ConfigMaps("default").Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
-		if err == nil {
-			if !strings.Contains(cm.Data["ca.crt"], "BEGIN CERTIFICATE") {
-				t.Fatalf("kube-root-ca.crt holds no CA: %q", cm.Data["ca.crt"])
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("kube-root-ca.crt never appeared: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
+	cm := kit.Await(t, 30*time.Second, kit.Interval, "kube-root-ca.crt to appear",
+		func() (*corev1.ConfigMap, error) {
+			return c.Client.CoreV1().ConfigMaps("default").Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+		}, func(*corev1.ConfigMap) bool { return true }, nil)
+	if !strings.Contains(cm.Data["ca.crt"], "BEGIN CERTIFICATE") {
+		t.Fatalf("kube-root-ca.crt holds no CA: %q", cm.Data["ca.crt"])
 	}
 	// The aggregation layer's client CA is published for extension servers.
 	auth, err := c.Client.CoreV1().ConfigMaps("kube-system").Get(ctx, "extension-apiserver-authentication", metav1.GetOptions{})

@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+
+	"github.com/kubefill/kubefill/tests/kit"
 )
 
 // TestPodEnvAndVolumes: env from values, secrets, configmaps and the
@@ -253,17 +255,13 @@ func TestPodNetworkAndReadiness(t *testing.T) {
 	if err := cl.Client.CoreV1().Pods(ns).Delete(context.Background(), "server", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	ctx := testContext(t, 30*time.Second)
-	for {
-		_, err := cl.Client.CoreV1().Pods(ns).Get(ctx, "server", metav1.GetOptions{})
+	kit.Eventually(t, 30*time.Second, pollInterval, "the deleted pod to go away", func() (bool, string, error) {
+		p, err := cl.Client.CoreV1().Pods(ns).Get(context.Background(), "server", metav1.GetOptions{})
 		if err != nil {
-			break
+			return true, "", nil
 		}
-		if ctx.Err() != nil {
-			t.Fatal("deleted pod never went away")
-		}
-		time.Sleep(pollInterval)
-	}
+		return false, fmt.Sprintf("pod still there: %s, deleting=%v", p.Status.Phase, p.DeletionTimestamp != nil), nil
+	})
 	t.Logf("pod deleted in %s", time.Since(start).Round(time.Millisecond))
 	if _, err := (&http.Client{Timeout: time.Second}).Get("http://" + server.Status.PodIP + ":8080/"); err == nil {
 		t.Fatal("the deleted pod's address still answers")

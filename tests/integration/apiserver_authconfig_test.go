@@ -67,14 +67,8 @@ func TestAPIServerFollowsAuthenticationConfigMap(t *testing.T) {
 	}
 	eventually := func(what string, ok func() bool) {
 		t.Helper()
-		start := time.Now()
-		for !ok() {
-			if time.Since(start) > 10*time.Second {
-				t.Fatalf("%s: not observed within 10s", what)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		t.Logf("%s: observed after %s", what, time.Since(start).Round(time.Microsecond))
+		took := kit.Eventually(t, 10*time.Second, 20*time.Millisecond, what, func() (bool, string, error) { return ok(), "", nil })
+		t.Logf("%s: observed after %s", what, took.Round(time.Microsecond))
 	}
 	authOK := func(cert tls.Certificate) bool {
 		_, err := src.Authenticate(request(cert))

@@ -296,14 +296,10 @@ func testUploadTokens(t *testing.T, e *aggEnv) {
 		if err := os.WriteFile(rs.certFile, sc.CertPEM, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		start := time.Now()
-		for serial() == before {
-			if time.Since(start) > 10*time.Second {
-				t.Fatal("new certificate not served within 10s")
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-		t.Logf("new serving certificate picked up after %s", time.Since(start).Round(time.Millisecond))
+		took := kit.Eventually(t, 10*time.Second, 200*time.Millisecond, "the new certificate to be served", func() (bool, string, error) {
+			return serial() != before, "", nil
+		})
+		t.Logf("new serving certificate picked up after %s", took.Round(time.Millisecond))
 		rs.caPEM = sc.CAPEM
 		if res := postToken(t, rs, proxy, as("alice"), ns, "target"); res.status != http.StatusCreated {
 			t.Fatalf("after reload: status %d: %s", res.status, res.body)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/kubefill/kubefill/pkg/apiserver/admission"
 	"github.com/kubefill/kubefill/pkg/token"
+	"github.com/kubefill/kubefill/tests/kit"
 )
 
 // registerWebhooks points kube-apiserver at our server on 127.0.0.1 with the
@@ -125,19 +126,14 @@ func testWebhooks(t *testing.T, e *aggEnv) {
 	badChecksum := func(name string) *cdiv1.DataVolume {
 		return storageDV(dst, name, cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: "https://images.example/disk.qcow2", Checksum: "sha256:nothex"}})
 	}
-	start := time.Now()
 	var err error
-	for i := 0; ; i++ {
-		err = e.client.Create(ctx, badChecksum(fmt.Sprintf("probe-%d", i)))
-		if err != nil {
-			break
-		}
-		if time.Since(start) > 60*time.Second {
-			t.Fatal("webhook not in effect within 60s")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Logf("webhooks in effect after %s", time.Since(start).Round(time.Millisecond))
+	probes := 0
+	took := kit.Eventually(t, 60*time.Second, kit.Interval, "the webhook to be in effect", func() (bool, string, error) {
+		err = e.client.Create(ctx, badChecksum(fmt.Sprintf("probe-%d", probes)))
+		probes++
+		return err != nil, fmt.Sprintf("%d DataVolumes with a bad checksum admitted", probes), nil
+	})
+	t.Logf("webhooks in effect after %s", took.Round(time.Millisecond))
 
 	t.Run("invalid DataVolumes are denied with the field and reason", func(t *testing.T) {
 		if !apierrors.IsInvalid(err) || !strings.Contains(statusMessage(err), "spec.source.http.checksum") {

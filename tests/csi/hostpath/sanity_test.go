@@ -13,6 +13,7 @@ import (
 	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
 
 	"github.com/kubefill/kubefill/tests/internal/mountinfo"
+	"github.com/kubefill/kubefill/tests/kit"
 )
 
 // startDriver serves a driver on a socket in a temporary directory and
@@ -40,16 +41,10 @@ func startDriver(t *testing.T) (endpoint, dataDir, base string) {
 			t.Errorf("serve: %v", err)
 		}
 	})
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if _, err := os.Stat(endpoint); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("driver socket never appeared")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	kit.Eventually(t, 5*time.Second, 10*time.Millisecond, "the driver socket "+endpoint+" to appear", func() (bool, string, error) {
+		_, err := os.Stat(endpoint)
+		return err == nil, "", err
+	})
 	return endpoint, dataDir, base
 }
 
