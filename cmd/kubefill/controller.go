@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/kubefill/kubefill/pkg/contract"
 	"github.com/kubefill/kubefill/pkg/controller"
 )
 
@@ -42,7 +43,7 @@ func newControllerCommand() *cobra.Command {
 	flags.StringVar(&opts.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "address the health and readiness probes bind to")
 	flags.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect a leader so that only one replica reconciles at a time")
 	flags.StringVar(&opts.LeaderElectionNS, "leader-election-namespace", "", "namespace of the leader-election lease (default: the pod's namespace)")
-	flags.StringVar(&opts.WorkerImage, "worker-image", "kubefill/kubefill:dev", "image holding the kubefill binary that worker pods (importer, upload server) run")
+	flags.StringVar(&opts.WorkerImage, "worker-image", contract.DefaultImage, "image holding the kubefill binary that worker pods (importer, upload server) run")
 	flags.StringVar((*string)(&opts.WorkerPullPolicy), "worker-pull-policy", string(corev1.PullIfNotPresent), "pull policy of the worker image")
 	flags.StringVar(&opts.InstallNamespace, "install-namespace", "", "namespace holding Kubefill's own objects such as the upload CAs (default: $POD_NAMESPACE)")
 	flags.StringVar(&opts.UploadProxyURL, "uploadproxy-url", "", "user-facing upload proxy URL published in CDIConfig status (spec.uploadProxyURLOverride wins)")
