@@ -49,23 +49,10 @@ const frontProxyName = "front-proxy-client"
 
 func startAggEnv(t *testing.T) *aggEnv {
 	t.Helper()
-	assets, err := controlPlaneAssets()
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
 	fp := kit.TestCA(t, "front-proxy-ca")
 	proxyPair, proxyCertPEM, proxyKeyPEM := fp.ClientCert(t, frontProxyName)
-	env := &envtest.Environment{
-		BinaryAssetsDirectory: assets,
-		CRDDirectoryPaths:     []string{filepath.Join(repoRoot(), "manifests", "crd")},
-		ErrorIfCRDPathMissing: true,
-		Scheme:                scheme,
-		// Generous: on a loaded 2-core machine kube-apiserver can take well over
-		// envtest's 20 s default, and a timed-out try leaves its process behind.
-		ControlPlaneStartTimeout: 2 * time.Minute,
-		ControlPlaneStopTimeout:  30 * time.Second,
-	}
+	env := ownEnvironment(t)
 	args := env.ControlPlane.GetAPIServer().Configure()
 	args.Set("authorization-mode", "Node,RBAC")
 	args.Set("requestheader-client-ca-file", writeFile(t, dir, "front-proxy-ca.crt", fp.CertPEM))

@@ -410,18 +410,7 @@ func snapshotCRDPaths(t *testing.T) []string {
 // This control plane also serves the snapshot CRDs, so that the StorageProfile
 // controller watches VolumeSnapshotClasses under the install's RBAC.
 func TestInstallControllerRBACOwnerReferencesEnforced(t *testing.T) {
-	assets, err := controlPlaneAssets()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := &envtest.Environment{
-		BinaryAssetsDirectory:    assets,
-		CRDDirectoryPaths:        []string{filepath.Join(repoRoot(), "manifests", "crd")},
-		ErrorIfCRDPathMissing:    true,
-		Scheme:                   scheme,
-		ControlPlaneStartTimeout: 2 * time.Minute,
-		ControlPlaneStopTimeout:  30 * time.Second,
-	}
+	env := ownEnvironment(t)
 	env.ControlPlane.GetAPIServer().Configure().Set("enable-admission-plugins", "OwnerReferencesPermissionEnforcement")
 	envCfg, envClient := startOwnControlPlane(t, env, "control plane with OwnerReferencesPermissionEnforcement")
 	if _, err := envtest.InstallCRDs(envCfg, envtest.CRDInstallOptions{Paths: snapshotCRDPaths(t), ErrorIfPathMissing: true}); err != nil {

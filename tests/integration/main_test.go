@@ -128,6 +128,27 @@ func cdiGVR(resource string) schema.GroupVersionResource {
 	return cdiv1.SchemeGroupVersion.WithResource(resource)
 }
 
+// ownEnvironment is a control plane of one test's own, not yet started,
+// that installs our CRDs and the files in extraCRDs; the test configures
+// its kube-apiserver further and starts it with startOwnControlPlane.
+func ownEnvironment(t *testing.T, extraCRDs ...string) *envtest.Environment {
+	t.Helper()
+	assets, err := controlPlaneAssets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &envtest.Environment{
+		BinaryAssetsDirectory: assets,
+		CRDDirectoryPaths:     append([]string{filepath.Join(repoRoot(), "manifests", "crd")}, extraCRDs...),
+		ErrorIfCRDPathMissing: true,
+		Scheme:                scheme,
+		// Generous: on a loaded 2-core machine kube-apiserver can take well over
+		// envtest's 20 s default, and a timed-out try leaves its process behind.
+		ControlPlaneStartTimeout: 2 * time.Minute,
+		ControlPlaneStopTimeout:  30 * time.Second,
+	}
+}
+
 // startOwnControlPlane starts env, a control plane of one test's own (what
 // describes it), stops it when the test ends, logs how long it took to
 // start, and returns its config and a client.
