@@ -14,24 +14,24 @@ import (
 
 // benchImage is the benchmark volume: 2 GiB virtual holding 1 GiB
 // of data (half random, half text) in 16 extents of 64 MiB.
-func benchImage(b *testing.B, dir string) string {
+func benchImage(b *testing.B, dir string, virtual int64) string {
 	src := mkdir(b, dir, "src")
 	var regions []region
 	for i := int64(0); i < 16; i++ {
 		regions = append(regions, region{off: i * 128 * MiB, len: 64 * MiB, text: i%2 == 1})
 	}
-	makeImage(b, filepath.Join(src, ImageName), 2*GiB, regions)
+	makeImage(b, filepath.Join(src, ImageName), virtual, regions)
 	return src
 }
 
 // cloneOnce streams src into dst in this process, sender and receiver
 // connected by a pipe, as the cloner and the upload server would be.
-func cloneOnce(b *testing.B, src, dst string) (streamBytes int64) {
+func cloneOnce(b *testing.B, src, dst string, c Compression) (streamBytes int64) {
 	pr, pw := io.Pipe()
 	cr := &countReader{r: pr}
 	errc := make(chan error, 1)
 	go func() {
-		_, err := WriteStream(context.Background(), pw, Source{Mode: Filesystem, Path: src}, nil)
+		_, err := WriteStream(context.Background(), pw, Source{Mode: Filesystem, Path: src, Compression: c}, nil)
 		pw.CloseWithError(err)
 		errc <- err
 	}()
@@ -70,13 +70,20 @@ func timeCmd(b *testing.B, name string, args ...string) time.Duration {
 //
 //	go test -run '^$' -bench CloneFilesystem -benchtime 5x ./pkg/cloner/
 func BenchmarkCloneFilesystem(b *testing.B) {
+	b.Run("2GiB-auto", func(b *testing.B) { benchClone(b, 2*GiB, CompressAuto) })
+	b.Run("2GiB-compress-all", func(b *testing.B) { benchClone(b, 2*GiB, CompressAll) })
+	b.Run("20GiB-auto", func(b *testing.B) { benchClone(b, 20*GiB, CompressAuto) })
+}
+
+func benchClone(b *testing.B, virtual int64, c Compression) {
 	if _, err := exec.LookPath("cp"); err != nil {
 		b.Skip("no cp")
 	}
 	dir := tempDir(b)
-	src := benchImage(b, dir)
+	src := benchImage(b, dir, virtual)
 	img := filepath.Join(src, ImageName)
-	sha := sha256File(b, img, 0) // also warms the page cache
+	sha := contentDigest(b, img)
+	sha256File(b, img, GiB) // warms the page cache
 	var clone, cp, cpNoSync time.Duration
 	var streamBytes int64
 	b.ResetTimer()
@@ -84,7 +91,7 @@ func BenchmarkCloneFilesystem(b *testing.B) {
 		dst := filepath.Join(dir, "dst"+strconv.Itoa(i))
 		mkdir(b, dst)
 		start := time.Now()
-		streamBytes = cloneOnce(b, src, dst)
+		streamBytes = cloneOnce(b, src, dst, c)
 		clone += time.Since(start)
 
 		cpDst := filepath.Join(dir, "cp"+strconv.Itoa(i))
@@ -96,7 +103,7 @@ func BenchmarkCloneFilesystem(b *testing.B) {
 
 		b.StopTimer()
 		if i == 0 {
-			if got := sha256File(b, filepath.Join(dst, ImageName), 0); got != sha {
+			if got := contentDigest(b, filepath.Join(dst, ImageName)); got != sha {
 				b.Fatalf("clone differs")
 			}
 		}

@@ -113,9 +113,13 @@ func TestFilesystemRoundTripSparse(t *testing.T) {
 	}
 
 	dst := mkdir(t, filepath.Dir(src), "dst")
+	fast := fastEntries.Load()
 	n, err := ReceiveStream(context.Background(), &buf, ContentTypeFilesystem, Destination{Mode: Filesystem, Path: dst})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if fastEntries.Load() != fast+1 {
+		t.Errorf("disk.img did not take the sparse fast path")
 	}
 	if n < 2*GiB {
 		t.Errorf("written %d", n)
@@ -198,6 +202,14 @@ func TestReceivesGNUTarSparseStreams(t *testing.T) {
 				t.Fatal(err)
 			}
 			dst := mkdir(t, filepath.Dir(src), "from-"+format)
+			fast := fastEntries.Load()
+			defer func() {
+				// PAX sparse 1.0 (posix) takes the fast path; old GNU sparse
+				// goes through archive/tar.
+				if got := fastEntries.Load() - fast; (format == "posix") != (got == 1) {
+					t.Errorf("%d entries took the fast path", got)
+				}
+			}()
 			if _, err := ReceiveStream(context.Background(), &z, ContentTypeFilesystem, Destination{Mode: Filesystem, Path: dst}); err != nil {
 				t.Fatal(err)
 			}

@@ -94,6 +94,19 @@ func (w *holeWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// hole leaves n bytes of zeros: nothing to do on a fresh file, a pending
+// punch on a device.
+func (w *holeWriter) hole(n int64) error {
+	if w.limit > 0 && w.off+n > w.limit {
+		return fmt.Errorf("%w: more than %d bytes received, but %s holds only %d", ErrTooBig, w.limit, w.name, w.limit)
+	}
+	if w.zeroStart < 0 {
+		w.zeroStart = w.off
+	}
+	w.off += n
+	return nil
+}
+
 // flushZeros makes the pending zero range, which ends at end, read as zeros.
 func (w *holeWriter) flushZeros(end int64) error {
 	start := w.zeroStart
@@ -161,42 +174,74 @@ func newCopier() *copier {
 	return c
 }
 
+// work is data to write, or a hole to leave, in order.
+type work struct {
+	b    []byte
+	hole int64
+}
+
+// pipeline runs a holeWriter on its own goroutine.
+type pipeline struct {
+	free   chan []byte
+	work   chan work
+	failed atomic.Bool
+	werr   chan error
+}
+
+func (c *copier) start(w *holeWriter) *pipeline {
+	p := &pipeline{free: make(chan []byte, len(c.bufs)), work: make(chan work, len(c.bufs)+1), werr: make(chan error, 1)}
+	for _, b := range c.bufs {
+		p.free <- b
+	}
+	go func() {
+		var werr error
+		for it := range p.work {
+			if werr == nil {
+				if it.b != nil {
+					_, werr = w.Write(it.b)
+				} else {
+					werr = w.hole(it.hole)
+				}
+				if werr != nil {
+					p.failed.Store(true)
+				}
+			}
+			if it.b != nil {
+				p.free <- it.b[:cap(it.b)]
+			}
+		}
+		p.werr <- werr
+	}()
+	return p
+}
+
+// finish waits for the writes; the writer's error wins over rerr.
+func (p *pipeline) finish(rerr error) error {
+	close(p.work)
+	if werr := <-p.werr; werr != nil {
+		return werr
+	}
+	return rerr
+}
+
 // copy copies r to w until r's io.EOF; any other error from r (an
 // io.ErrUnexpectedEOF from a body cut short, a CRC error) fails it. size,
 // if known (>= 0), lets small entries skip the second goroutine.
-func (c *copier) copy(w io.Writer, r io.Reader, size int64) (int64, error) {
+func (c *copier) copy(w *holeWriter, r io.Reader, size int64) (int64, error) {
 	if size >= 0 && size <= int64(len(c.bufs[0])) {
 		return copySync(w, r, c.bufs[0])
 	}
-	free := make(chan []byte, len(c.bufs))
-	for _, b := range c.bufs {
-		free <- b
-	}
-	work := make(chan []byte, len(c.bufs))
-	var failed atomic.Bool
-	werrc := make(chan error, 1)
-	go func() {
-		var werr error
-		for b := range work {
-			if werr == nil {
-				if _, werr = w.Write(b); werr != nil {
-					failed.Store(true)
-				}
-			}
-			free <- b[:cap(b)]
-		}
-		werrc <- werr
-	}()
+	p := c.start(w)
 	var total int64
 	var rerr error
-	for !failed.Load() {
-		b := <-free
+	for !p.failed.Load() {
+		b := <-p.free
 		n, err := fill(r, b)
 		if n > 0 {
-			work <- b[:n]
+			p.work <- work{b: b[:n]}
 			total += int64(n)
 		} else {
-			free <- b
+			p.free <- b
 		}
 		if err != nil {
 			if err != io.EOF {
@@ -205,14 +250,44 @@ func (c *copier) copy(w io.Writer, r io.Reader, size int64) (int64, error) {
 			break
 		}
 	}
-	close(work)
-	if werr := <-werrc; werr != nil {
-		return total, werr
-	}
-	return total, rerr
+	return total, p.finish(rerr)
 }
 
-func copySync(w io.Writer, r io.Reader, buf []byte) (int64, error) {
+// copyFragments writes the data fragments read from r at their offsets,
+// leaving holes between them and up to size.
+func (c *copier) copyFragments(w *holeWriter, r io.Reader, frags []extent, size int64) error {
+	p := c.start(w)
+	pos := int64(0)
+	var rerr error
+	for _, f := range frags {
+		if f.off > pos {
+			p.work <- work{hole: f.off - pos}
+		}
+		for left := f.len; left > 0 && rerr == nil && !p.failed.Load(); {
+			b := <-p.free
+			n, err := io.ReadFull(r, b[:min(int64(len(b)), left)])
+			if n > 0 {
+				p.work <- work{b: b[:n]}
+				left -= int64(n)
+			} else {
+				p.free <- b
+			}
+			if err != nil {
+				rerr = fmt.Errorf("%w: %w", ErrTruncated, err)
+			}
+		}
+		if rerr != nil || p.failed.Load() {
+			return p.finish(rerr)
+		}
+		pos = f.off + f.len
+	}
+	if size > pos {
+		p.work <- work{hole: size - pos}
+	}
+	return p.finish(nil)
+}
+
+func copySync(w *holeWriter, r io.Reader, buf []byte) (int64, error) {
 	var total int64
 	for {
 		n, err := fill(r, buf)

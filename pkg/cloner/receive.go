@@ -117,61 +117,6 @@ func (s *streamErrReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// tailReader counts bytes and keeps the last 1024 of them, so the end of
-// a tar can be told from a cut (the two zero blocks must be there).
-type tailReader struct {
-	r    io.Reader
-	n    int64
-	tail [2 * blockSize]byte
-}
-
-func (t *tailReader) Read(p []byte) (int, error) {
-	n, err := t.r.Read(p)
-	t.n += int64(n)
-	if n >= len(t.tail) {
-		copy(t.tail[:], p[n-len(t.tail):n])
-	} else if n > 0 {
-		copy(t.tail[:], t.tail[n:])
-		copy(t.tail[len(t.tail)-n:], p[:n])
-	}
-	return n, err
-}
-
-// next returns the next tar header; at the end it checks the end marker
-// and that nothing but zeros follows.
-func (t *tailReader) next(tr *tar.Reader) (*tar.Header, error) {
-	before := t.n
-	h, err := tr.Next()
-	if err == io.EOF {
-		if t.n-before < int64(len(t.tail)) || !isZero(t.tail[:]) {
-			return nil, fmt.Errorf("%w: the tar archive ends without its end marker", ErrTruncated)
-		}
-		// GNU tar pads archives to 10 KiB records; anything else after the
-		// end marker is not part of a clone.
-		buf := make([]byte, 32<<10)
-		for left := 1 << 20; ; {
-			n, err := t.r.Read(buf[:min(len(buf), left)])
-			if !isZero(buf[:n]) {
-				return nil, fmt.Errorf("%w: data follows the end of the tar archive", ErrTruncated)
-			}
-			if left -= n; err == io.EOF {
-				return nil, io.EOF
-			} else if err != nil {
-				return nil, err
-			} else if left <= 0 {
-				return nil, fmt.Errorf("%w: more than 1 MiB follows the end of the tar archive", ErrTruncated)
-			}
-		}
-	}
-	if err != nil {
-		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, tar.ErrHeader) {
-			return nil, fmt.Errorf("%w: reading the tar archive: %w", ErrTruncated, err)
-		}
-		return nil, fmt.Errorf("reading the tar archive: %w", err)
-	}
-	return h, nil
-}
-
 func entryErr(name string, err error) error {
 	if errors.Is(err, io.ErrUnexpectedEOF) {
 		return fmt.Errorf("%w: %s: %w", ErrTruncated, name, err)
@@ -302,7 +247,7 @@ func receiveImageEntry(r io.Reader, dst Destination) (int64, error) {
 			f.Close()
 			return 0, fmt.Errorf("%w: the source's %s is %d bytes, the destination %s holds only %d", ErrTooBig, h.Name, h.Size, dst.Path, hw.limit)
 		}
-		_, err = c.copy(hw, tr, h.Size)
+		err = c.copyEntry(t, tr, h, hw)
 		written = hw.off
 		if err := closeSynced(f, hw, entryErr(h.Name, err)); err != nil {
 			return written, err
@@ -339,7 +284,7 @@ func receiveTree(r io.Reader, dst Destination) (int64, error) {
 		if err != nil {
 			return x.written, err
 		}
-		if err := x.entry(tr, h); err != nil {
+		if err := x.entry(t, tr, h); err != nil {
 			return x.written, err
 		}
 	}
@@ -384,7 +329,7 @@ type extractor struct {
 	written  int64
 }
 
-func (x *extractor) entry(tr *tar.Reader, h *tar.Header) error {
+func (x *extractor) entry(t *tailReader, tr *tar.Reader, h *tar.Header) error {
 	name, err := archive.CheckName(h.Name)
 	if err != nil {
 		return err
@@ -404,7 +349,7 @@ func (x *extractor) entry(tr *tar.Reader, h *tar.Header) error {
 		x.dirs = append(x.dirs, dirMeta{name, mode, h.Uid, h.Gid, h.ModTime})
 		return nil
 	case tar.TypeReg, tar.TypeGNUSparse:
-		return x.file(tr, h, name, mode)
+		return x.file(t, tr, h, name, mode)
 	case tar.TypeSymlink:
 		if err := archive.CheckLink(name, h.Linkname); err != nil {
 			return err
@@ -476,7 +421,7 @@ func (x *extractor) clear(name string, keepDir bool) error {
 	return nil
 }
 
-func (x *extractor) file(tr *tar.Reader, h *tar.Header, name string, mode os.FileMode) error {
+func (x *extractor) file(t *tailReader, tr *tar.Reader, h *tar.Header, name string, mode os.FileMode) error {
 	// No file may be bigger than the whole volume: that refuses a disk.img
 	// too big for the target, and bounds the time a stream of nothing but
 	// holes can take.
@@ -491,7 +436,7 @@ func (x *extractor) file(tr *tar.Reader, h *tar.Header, name string, mode os.Fil
 		return fmt.Errorf("creating %s: %w", name, err)
 	}
 	hw := newHoleWriter(f, name, true, 0)
-	_, err = x.copier.copy(hw, tr, h.Size)
+	err = x.copier.copyEntry(t, tr, h, hw)
 	if err == nil {
 		err = hw.finish()
 	}
