@@ -81,6 +81,17 @@ func csiClass(t *testing.T, name, provisioner string, mode storagev1.VolumeBindi
 	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), profile) })
 }
 
+// claimNamingPrime waits until the claim ns/name names its prime and returns it.
+func claimNamingPrime(t *testing.T, ns, name string) *corev1.PersistentVolumeClaim {
+	t.Helper()
+	target := &corev1.PersistentVolumeClaim{}
+	kit.Until(t, 30*time.Second, "claim "+ns+"/"+name+" to name its prime", func() bool {
+		err := k8sClient.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, target)
+		return err == nil && target.Annotations[cdiv1.AnnPVCPrimeName] != ""
+	})
+	return target
+}
+
 func envValue(c corev1.Container, name string) string {
 	for _, e := range c.Env {
 		if e.Name == name {

@@ -549,10 +549,7 @@ func runControllerRBAC(t *testing.T, negative bool) {
 		if err := k8sClient.Create(ctx, dv); err != nil {
 			t.Fatal(err)
 		}
-		target := &corev1.PersistentVolumeClaim{}
-		kit.Until(t, 30*time.Second, "the claim, naming its prime", func() bool {
-			return k8sClient.Get(ctx, client2Key(dv), target) == nil && target.Annotations[cdiv1.AnnPVCPrimeName] != ""
-		})
+		target := claimNamingPrime(t, ns, dv.Name)
 		if err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: controller.ImportSourceName(dv)}, &cdiv1.VolumeImportSource{}); err != nil {
 			t.Fatalf("VolumeImportSource: %v", err)
 		}
@@ -606,10 +603,7 @@ func runControllerRBAC(t *testing.T, negative bool) {
 		if err := k8sClient.Create(ctx, dv); err != nil {
 			t.Fatal(err)
 		}
-		target := &corev1.PersistentVolumeClaim{}
-		kit.Until(t, 30*time.Second, "the claim, naming its prime", func() bool {
-			return k8sClient.Get(ctx, client2Key(dv), target) == nil && target.Annotations[cdiv1.AnnPVCPrimeName] != ""
-		})
+		target := claimNamingPrime(t, ns, dv.Name)
 		if err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: controller.UploadSourceName(dv)}, &cdiv1.VolumeUploadSource{}); err != nil {
 			t.Fatalf("VolumeUploadSource: %v", err)
 		}

@@ -31,10 +31,7 @@ func TestPrimeAndWorkerEventsReachTheClaim(t *testing.T) {
 	if err := k8sClient.Create(ctx, dv); err != nil {
 		t.Fatal(err)
 	}
-	target := &corev1.PersistentVolumeClaim{}
-	kit.Until(t, 30*time.Second, "the claim to name its prime", func() bool {
-		return k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: "disk"}, target) == nil && target.Annotations[cdiv1.AnnPVCPrimeName] != ""
-	})
+	target := claimNamingPrime(t, ns, "disk")
 	prime := &corev1.PersistentVolumeClaim{}
 	if err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: target.Annotations[cdiv1.AnnPVCPrimeName]}, prime); err != nil {
 		t.Fatal(err)
