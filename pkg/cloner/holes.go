@@ -273,7 +273,10 @@ func (c *copier) copyFragments(w *holeWriter, r io.Reader, frags []extent, size 
 				p.free <- b
 			}
 			if err != nil {
-				rerr = fmt.Errorf("%w: %w", ErrTruncated, err)
+				rerr = err
+				if !errors.Is(err, ErrTruncated) {
+					rerr = fmt.Errorf("%w: %w", ErrTruncated, err)
+				}
 			}
 		}
 		if rerr != nil || p.failed.Load() {
