@@ -32,6 +32,8 @@ run_unit() {
   bash hack/deps.sh
   local pkgs=(./cmd/...)
   has_go_files pkg && pkgs+=(./pkg/...)
+  # The test kit and the harness's small shared packages have tests of their own.
+  pkgs+=(./tests/kit/... ./tests/internal/...)
   go test -count=1 -timeout 15m "${pkgs[@]}"
   (cd "$API_DIR" && go test -count=1 ./...)
   if [ -f hack/fuzz.sh ]; then

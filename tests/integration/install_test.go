@@ -434,7 +434,8 @@ func runControllerRBAC(t *testing.T, negative bool) {
 	// test sees it made under the ServiceAccount.
 	vpGVR := schema.GroupVersionResource{Group: "populator.storage.k8s.io", Version: "v1beta1", Resource: "volumepopulators"}
 	dyn := dynamic.NewForConfigOrDie(cfg)
-	kinds := []string{cdiv1.VolumeImportSourceRef, cdiv1.VolumeUploadSourceRef, cdiv1.VolumeCloneSourceRef}
+	// The kinds the controller runs, and so registers.
+	kinds := []string{cdiv1.VolumeImportSourceRef, cdiv1.VolumeUploadSourceRef}
 	for _, kind := range kinds {
 		if err := dyn.Resource(vpGVR).Delete(ctx, populators.VolumePopulatorName(kind), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			t.Fatal(err)
