@@ -555,3 +555,32 @@ func checkProgress(t *testing.T, reports [][2]int64) {
 	}
 	t.Logf("%d progress reports, total %d", len(reports), last[1])
 }
+
+// PREALLOCATION: the source sends files whole (plain entries, holes as
+// zeros, compressed) and the target keeps everything allocated.
+func TestPreallocatedClone(t *testing.T) {
+	src := fsSource(t, 32*MiB, []region{{off: MiB, len: MiB}})
+	b, st := stream(t, Source{Mode: Filesystem, Path: src, Dense: true})
+	if st.SparseFiles != 0 || st.Total < 32*MiB || int64(len(b)) > 4*MiB {
+		t.Errorf("dense stream %d bytes, stats %+v", len(b), st)
+	}
+	dst := mkdir(t, filepath.Dir(src), "dst")
+	if _, err := ReceiveStream(context.Background(), bytes.NewReader(b), ContentTypeFilesystem, Destination{Mode: Filesystem, Path: dst, Preallocate: true}); err != nil {
+		t.Fatal(err)
+	}
+	checkTree(t, src, dst)
+	if a := allocated(t, filepath.Join(dst, ImageName)); a < 32*MiB {
+		t.Errorf("preallocated disk.img allocates only %d bytes", a)
+	}
+	dev := filepath.Join(filepath.Dir(src), "device")
+	junkFile(t, dev, 32*MiB)
+	if _, err := ReceiveStream(context.Background(), bytes.NewReader(b), ContentTypeFilesystem, Destination{Mode: Block, Path: dev, Preallocate: true}); err != nil {
+		t.Fatal(err)
+	}
+	if sha256File(t, dev, 0) != sha256File(t, filepath.Join(src, ImageName), 0) {
+		t.Errorf("device differs")
+	}
+	if a := allocated(t, dev); a < 32*MiB {
+		t.Errorf("preallocated device file allocates only %d bytes", a)
+	}
+}

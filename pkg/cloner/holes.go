@@ -32,6 +32,10 @@ type holeWriter struct {
 	name  string
 	fresh bool
 	limit int64 // no byte at or past limit may be written; 0 = none
+	// prealloc keeps zeros allocated: a device's zero ranges are zeroed
+	// in place (FALLOC_FL_ZERO_RANGE) rather than punched, and a fresh
+	// file is fully allocated when finished.
+	prealloc bool
 
 	off       int64 // logical position
 	data      int64 // bytes of data written
@@ -115,7 +119,11 @@ func (w *holeWriter) flushZeros(end int64) error {
 		return nil
 	}
 	if !w.noPunch {
-		err := unix.Fallocate(int(w.f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, start, end-start)
+		mode := uint32(unix.FALLOC_FL_PUNCH_HOLE | unix.FALLOC_FL_KEEP_SIZE)
+		if w.prealloc {
+			mode = unix.FALLOC_FL_ZERO_RANGE | unix.FALLOC_FL_KEEP_SIZE
+		}
+		err := unix.Fallocate(int(w.f.Fd()), mode, start, end-start)
 		if err == nil {
 			return nil
 		}
@@ -142,6 +150,11 @@ func (w *holeWriter) finish() error {
 	if w.fresh {
 		if err := w.f.Truncate(w.off); err != nil {
 			return fmt.Errorf("setting the size of %s: %w", w.name, err)
+		}
+		if w.prealloc && w.off > 0 {
+			if err := unix.Fallocate(int(w.f.Fd()), 0, 0, w.off); err != nil {
+				return fmt.Errorf("preallocating %s: %w", w.name, err)
+			}
 		}
 	}
 	return nil

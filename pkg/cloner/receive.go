@@ -48,6 +48,10 @@ type Destination struct {
 	// The data of a filesystem-clone is bounded by the file system's free
 	// space (ENOSPC is reported as ErrTooBig).
 	Capacity int64
+	// Preallocate (PREALLOCATION) keeps every block allocated: zeros are
+	// zeroed in place on a device instead of punched, and files are fully
+	// allocated (fallocate) once written.
+	Preallocate bool
 }
 
 // DestinationFor maps an upload server's DESTINATION (CDI's
@@ -143,14 +147,18 @@ func openTarget(dst Destination) (*holeWriter, *os.File, error) {
 	}
 	if size == 0 {
 		if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
-			return newHoleWriter(f, dst.Path, true, dst.Capacity), f, nil
+			hw := newHoleWriter(f, dst.Path, true, dst.Capacity)
+			hw.prealloc = dst.Preallocate
+			return hw, f, nil
 		}
 	}
 	limit := size
 	if dst.Capacity > 0 && dst.Capacity < limit {
 		limit = dst.Capacity
 	}
-	return newHoleWriter(f, dst.Path, false, limit), f, nil
+	hw := newHoleWriter(f, dst.Path, false, limit)
+	hw.prealloc = dst.Preallocate
+	return hw, f, nil
 }
 
 // openImage creates Path/disk.img afresh, inside the volume (a symlink
@@ -177,7 +185,9 @@ func openImage(dst Destination) (*holeWriter, *os.File, error) {
 			limit = int64(s.Blocks) * s.Frsize
 		}
 	}
-	return newHoleWriter(f, filepath.Join(dst.Path, ImageName), true, limit), f, nil
+	hw := newHoleWriter(f, filepath.Join(dst.Path, ImageName), true, limit)
+	hw.prealloc = dst.Preallocate
+	return hw, f, nil
 }
 
 func closeSynced(f *os.File, hw *holeWriter, err error) error {
@@ -273,7 +283,7 @@ func receiveTree(r io.Reader, dst Destination) (int64, error) {
 			capacity = int64(s.Blocks) * s.Frsize
 		}
 	}
-	x := &extractor{root: root, capacity: capacity, copier: newCopier(), asRoot: os.Geteuid() == 0}
+	x := &extractor{root: root, capacity: capacity, copier: newCopier(), asRoot: os.Geteuid() == 0, prealloc: dst.Preallocate}
 	t := &tailReader{r: r}
 	tr := tar.NewReader(t)
 	for {
@@ -325,6 +335,7 @@ type extractor struct {
 	capacity int64
 	copier   *copier
 	asRoot   bool
+	prealloc bool
 	dirs     []dirMeta
 	written  int64
 }
@@ -436,6 +447,7 @@ func (x *extractor) file(t *tailReader, tr *tar.Reader, h *tar.Header, name stri
 		return fmt.Errorf("creating %s: %w", name, err)
 	}
 	hw := newHoleWriter(f, name, true, 0)
+	hw.prealloc = x.prealloc
 	err = x.copier.copyEntry(t, tr, h, hw)
 	if err == nil {
 		err = hw.finish()

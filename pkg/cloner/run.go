@@ -145,7 +145,13 @@ func Run(ctx context.Context, job Job) (err error) {
 		}
 		m := contract.TerminationMessage{Outcome: contract.OutcomeSucceeded}
 		text := MessageCloneComplete
+		if job.Source.Dense { // as CDI's cloner reports a preallocated clone
+			text += ", " + contract.MessagePreallocationApplied
+			applied := true
+			m.PreallocationApplied = &applied
+		}
 		if err != nil {
+			m.PreallocationApplied = nil
 			m.Outcome, text = contract.OutcomeFailed, err.Error()
 			if permanent(err) {
 				p := true
