@@ -584,3 +584,24 @@ func TestPreallocatedClone(t *testing.T) {
 		t.Errorf("preallocated device file allocates only %d bytes", a)
 	}
 }
+
+// With the fast path out of reach (headers too big to capture), a sparse
+// entry goes through archive/tar and arrives the same.
+func TestSparseEntryWithoutFastPath(t *testing.T) {
+	defer func(n int) { maxCapture = n }(maxCapture)
+	maxCapture = 0
+	src := fsSource(t, 64*MiB, []region{{off: 4096, len: MiB}, {off: 33 * MiB, len: 12345, text: true}})
+	b, _ := stream(t, Source{Mode: Filesystem, Path: src})
+	dst := mkdir(t, filepath.Dir(src), "dst")
+	fast := fastEntries.Load()
+	if _, err := ReceiveStream(context.Background(), bytes.NewReader(b), ContentTypeFilesystem, Destination{Mode: Filesystem, Path: dst}); err != nil {
+		t.Fatal(err)
+	}
+	if fastEntries.Load() != fast {
+		t.Errorf("the fast path was taken")
+	}
+	checkTree(t, src, dst)
+	if da, sa := allocated(t, filepath.Join(dst, ImageName)), allocated(t, filepath.Join(src, ImageName)); da > sa {
+		t.Errorf("allocated %d, source %d", da, sa)
+	}
+}

@@ -43,7 +43,7 @@ type tailReader struct {
 
 // maxCapture bounds capture: PAX headers and sparse maps are each at
 // most 1 MiB in archive/tar; past this the fast path is not used.
-const maxCapture = 3 << 20
+var maxCapture = 3 << 20 // a variable for tests
 
 func (t *tailReader) Read(p []byte) (int, error) {
 	if t.fake > 0 {
