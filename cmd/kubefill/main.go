@@ -4,15 +4,11 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 
 	"github.com/spf13/cobra"
 )
-
-// errNotImplemented marks a subcommand whose component has not landed yet.
-var errNotImplemented = errors.New("not implemented yet")
 
 func newRootCommand() *cobra.Command {
 	root := &cobra.Command{
@@ -29,7 +25,7 @@ func newRootCommand() *cobra.Command {
 		newImporterCommand(),
 		newUploadServerCommand(),
 		newUploadProxyCommand(),
-		newClonerCommand(),
+		newClonerWorkerCommand(),
 		newUploadCommand(),
 	)
 	return root
