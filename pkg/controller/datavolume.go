@@ -21,6 +21,7 @@ import (
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 	"github.com/kubefill/kubefill/pkg/populators"
 	"github.com/kubefill/kubefill/pkg/storage"
+	"github.com/kubefill/kubefill/pkg/token"
 )
 
 // DataVolumeReconciler renders each DataVolume's claim, points it at a
@@ -28,6 +29,18 @@ import (
 type DataVolumeReconciler struct {
 	Client   client.Client
 	Recorder recorder.EventRecorder
+
+	// CloneTokens validates the short clone token (issuer cdi-apiserver) that
+	// the mutating webhook puts on a cross-namespace clone DataVolume. Nil:
+	// cross-namespace clones wait with a condition saying there are no keys;
+	// same-namespace clones need no token.
+	CloneTokens token.Validator
+	// ExtendedTokens mints the long-lived extended clone token (issuer
+	// cdi-deployment, lifetime token.DefaultExtendedCloneTokenLifetime) bound
+	// to the DataVolume's and then the claim's UID.
+	ExtendedTokens token.Generator
+	// ExtendedTokenValidator validates extended clone tokens (issuer cdi-deployment).
+	ExtendedTokenValidator token.Validator
 }
 
 // SetupWithManager registers the reconciler, following the claims and the

@@ -34,12 +34,18 @@ const (
 const (
 	UploadTokenIssuer = "cdi-apiserver"
 	CloneTokenIssuer  = "cdi-apiserver"
+	// ExtendedCloneTokenIssuer signs the long-lived clone token the
+	// DataVolume controller derives from the short one (CDI issue #2777).
+	ExtendedCloneTokenIssuer = "cdi-deployment"
 )
 
 // Param keys of clone tokens.
 const (
 	ParamTargetNamespace = "targetNamespace"
 	ParamTargetName      = "targetName"
+	// ParamUID binds an extended clone token to the DataVolume, then the
+	// claim, it was minted for.
+	ParamUID = "uid"
 )
 
 // Default lifetimes and leeway, as CDI uses them.
@@ -47,6 +53,8 @@ const (
 	DefaultUploadTokenLifetime = 5 * time.Minute
 	DefaultCloneTokenLifetime  = 5 * time.Minute
 	DefaultCloneTokenLeeway    = 10 * time.Second
+	// DefaultExtendedCloneTokenLifetime is CDI's ten years.
+	DefaultExtendedCloneTokenLifetime = 10 * 365 * 24 * time.Hour
 )
 
 // MinKeyBits is the smallest RSA modulus accepted for signing or verifying.
