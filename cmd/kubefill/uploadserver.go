@@ -29,7 +29,11 @@ func newUploadServerCommand() *cobra.Command {
 			"upload-archive, the v1alpha1 aliases and /healthz), write the one uploaded image to the volume through\n" +
 			"the importer's data path, and exit 0 with a JSON termination message once it is on disk.\n" +
 			"/metrics (no client certificate needed) publishes the share of the upload's body received, of its\n" +
-			"Content-Length, as kubevirt_cdi_import_progress_total{ownerUID}; the controller shows it on the DataVolume.",
+			"Content-Length, as kubevirt_cdi_import_progress_total{ownerUID}; the controller shows it on the DataVolume.\n\n" +
+			"With a clone's --client-name, <srcNs>/<srcName>-<tgtNs>/<tgtName>, it is the target of a host-assisted\n" +
+			"clone: POST /v1beta1/upload with x-cdi-content-type blockdevice-clone or filesystem-clone, from a client\n" +
+			"certificate of that common name, is the source pod's stream, written into the volume (the device at\n" +
+			"--block-path when it is one, else the directory of --data-path); it exits 0 with \"Clone Complete\".",
 		Example: "  kubefill uploadserver --tls-cert-file /certs/tls.crt --tls-key-file /certs/tls.key \\\n" +
 			"    --client-ca-file /certs/client-ca.crt --image-size 10Gi --owner-uid $UID",
 		Args: cobra.NoArgs,
@@ -59,7 +63,7 @@ func newUploadServerCommand() *cobra.Command {
 	f.StringVar(&cfg.CertFile, "tls-cert-file", "", "serving certificate (PEM)")
 	f.StringVar(&cfg.KeyFile, "tls-key-file", "", "serving key (PEM)")
 	f.StringVar(&cfg.ClientCAFile, "client-ca-file", "", "CA bundle the upload proxy's client certificate must chain to")
-	f.StringVar(&cfg.ClientName, "client-name", "", "required common name of the client certificate (empty: any from the CA)")
+	f.StringVar(&cfg.ClientName, "client-name", "", "required common name of the client certificate (empty: any from the CA); a clone's <srcNs>/<srcName>-<tgtNs>/<tgtName> makes this a clone target")
 	f.StringVar(&cfg.ContentType, "content-type", "kubevirt", "content type of the volume: kubevirt or archive")
 	f.StringVar(&imageSize, "image-size", "", "requested size of the volume, a Kubernetes quantity")
 	f.Float64Var(&cfg.FilesystemOverhead, "filesystem-overhead", cfg.FilesystemOverhead, "fraction of a Filesystem volume kept free")

@@ -13,11 +13,17 @@
 // upload after a successful one gets 409. A bad upload gets a 4xx with the
 // reason, and the server stays ready for another try.
 //
+// It is also the target of a host-assisted clone (see clone.go): a POST to
+// /v1beta1/upload with x-cdi-content-type blockdevice-clone or
+// filesystem-clone, from the client certificate named by ClientName, is a
+// clone stream written through cloner.ReceiveStream.
+//
 // /metrics, like /healthz, needs no client certificate: it publishes
 // kubevirt_cdi_import_progress_total{ownerUID}, the percentage of the
 // current upload's body received (of its Content-Length; 0 while none runs,
-// or when the length is unknown; back to 0 after a failed upload), which
-// the controller reads into the DataVolume's progress.
+// or when the length is unknown; back to 0 after a failed upload; never
+// 100 before the data is on disk), which the controller reads into the
+// DataVolume's progress.
 package uploadserver
 
 import (
@@ -54,7 +60,10 @@ type Config struct {
 	// CertFile and KeyFile are the serving certificate; ClientCAFile holds
 	// the CA bundle client certificates must chain to (the proxy's client CA).
 	CertFile, KeyFile, ClientCAFile string
-	// ClientName, if set, is the common name the client certificate must have.
+	// ClientName, if set, is the common name the client certificate must
+	// have. A clone's name, <srcNs>/<srcName>-<tgtNs>/<tgtName> (it holds a
+	// "/", which no other client name does), makes the server a clone
+	// target: only then does it accept clone streams.
 	ClientName string
 	// Paths are the data, block, scratch and termination-log locations.
 	Paths importer.Paths
@@ -70,6 +79,10 @@ type Config struct {
 	OwnerUID string
 	// OnListen, if set, is told the address once the server listens.
 	OnListen func(addr string)
+
+	// blockFile makes a clone treat Paths.BlockPath as the Block volume
+	// even when it is a regular file standing in for a device (tests).
+	blockFile bool
 }
 
 // Exit statuses of the server's single job.
@@ -96,7 +109,7 @@ type Server struct {
 	// asyncFailed receives the error of an async upload that failed after
 	// its client was answered.
 	asyncFailed chan error
-	result      *datapath.Result
+	outcome     outcome
 	// bg is the server's lifetime context, for async uploads that outlive
 	// their request.
 	bg context.Context
@@ -220,9 +233,14 @@ func (s *Server) Run(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(sctx)
-	text := MessageUploadComplete
-	prealloc := s.result.PreallocationApplied
+	text, prealloc := s.outcome.message, s.outcome.preallocated
 	return s.writeTermination(contract.TerminationMessage{Outcome: contract.OutcomeSucceeded, Message: &text, PreallocationApplied: &prealloc})
+}
+
+// outcome is what the termination message of a success says.
+type outcome struct {
+	message      string
+	preallocated bool
 }
 
 // MessageUploadComplete is the termination message text of a successful upload.
@@ -261,6 +279,11 @@ func (s *Server) route(m mode) http.HandlerFunc {
 			refuse(w, r, msg, http.StatusUnauthorized)
 			return
 		}
+		clone, msg, code := s.cloneRequest(r, m)
+		if msg != "" {
+			refuse(w, r, msg, code)
+			return
+		}
 		s.mu.Lock()
 		switch s.state {
 		case stateDone:
@@ -274,6 +297,10 @@ func (s *Server) route(m mode) http.HandlerFunc {
 		}
 		s.state = stateBusy
 		s.mu.Unlock()
+		if clone != "" {
+			s.handleClone(w, r, clone)
+			return
+		}
 		s.handle(w, r, m)
 	}
 }
@@ -284,8 +311,11 @@ func (s *Server) checkClient(r *http.Request) string {
 	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
 		return "a client certificate from the upload proxy's CA is required"
 	}
-	if s.cfg.ClientName != "" && r.TLS.VerifiedChains[0][0].Subject.CommonName != s.cfg.ClientName {
-		return fmt.Sprintf("client certificate %q is not the upload proxy's", r.TLS.VerifiedChains[0][0].Subject.CommonName)
+	if cn := r.TLS.VerifiedChains[0][0].Subject.CommonName; s.cfg.ClientName != "" && cn != s.cfg.ClientName {
+		if s.cloneTarget() {
+			return fmt.Sprintf("client certificate %q is not this clone's: this upload server receives only the clone %q", cn, s.cfg.ClientName)
+		}
+		return fmt.Sprintf("client certificate %q is not the upload proxy's", cn)
 	}
 	return ""
 }
@@ -296,14 +326,14 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request, m mode) {
 	// (a form's too: its framing is small), whatever the mode; it stays 0
 	// when the length is unknown. The refusal's drain reads the body past
 	// the wrapper, so that a failed upload's leftovers count for nothing.
-	counted := &bodyProgress{r: r.Body, total: r.ContentLength, report: s.progress.Update}
+	counted := &bodyProgress{r: r.Body, total: r.ContentLength, report: s.received}
 	var body io.Reader = counted
 	size := r.ContentLength
 	if m.form {
 		part, err := filePart(r, counted)
 		if err != nil {
 			counted.stop()
-			s.finish(nil, err)
+			s.finish(outcome{}, err)
 			refuse(w, r, err.Error(), http.StatusBadRequest)
 			return
 		}
@@ -316,7 +346,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request, m mode) {
 	opt, err := s.options(contentType)
 	if err != nil {
 		counted.stop()
-		s.finish(nil, err)
+		s.finish(outcome{}, err)
 		refuse(w, r, err.Error(), http.StatusInternalServerError)
 		return
 	}
@@ -328,7 +358,11 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request, m mode) {
 	run := func(ctx context.Context) error {
 		res, err := datapath.Import(ctx, src, opt)
 		counted.stop()
-		s.finish(res, err)
+		var out outcome
+		if err == nil {
+			out = outcome{MessageUploadComplete, res.PreallocationApplied}
+		}
+		s.finish(out, err)
 		if err == nil {
 			s.log.Info("upload complete", "format", res.Format, "wrappers", res.Wrappers, "method", res.Method,
 				"virtualSize", res.VirtualSize, "bytesWritten", res.Written, "seconds", time.Since(start).Seconds())
@@ -384,7 +418,7 @@ var asyncGrace = 3 * time.Second
 
 // finish records an upload's outcome: success ends the server's job, a
 // failure makes it ready for another try, which starts from 0%.
-func (s *Server) finish(res *datapath.Result, err error) {
+func (s *Server) finish(out outcome, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
@@ -393,9 +427,23 @@ func (s *Server) finish(res *datapath.Result, err error) {
 		return
 	}
 	s.state = stateDone
-	s.result = res
+	s.outcome = out
 	s.progress.Set(100)
 	close(s.done)
+}
+
+// maxBeforeDone is the most progress shown before an upload has succeeded:
+// a body read to its end is not yet on disk (shown as "99.99%", never
+// "100.00%").
+const maxBeforeDone = 99.99
+
+// received reports done of total body bytes read (nothing when the length
+// is unknown), below 100% until finish.
+func (s *Server) received(done, total int64) {
+	if total <= 0 {
+		return
+	}
+	s.progress.Set(min(100*float64(done)/float64(total), maxBeforeDone))
 }
 
 // options works out the destination as the importer does: the block
@@ -509,7 +557,11 @@ func (b *bodyProgress) Read(p []byte) (int, error) {
 	if err == io.ErrUnexpectedEOF {
 		// A body cut short (the connection died before Content-Length, or
 		// mid-chunk): say how much of it arrived.
-		err = fmt.Errorf("the upload ended after %d of its %d bytes: %w", done, b.total, err)
+		if b.total >= 0 {
+			err = fmt.Errorf("the upload ended after %d of its %d bytes: %w", done, b.total, err)
+		} else {
+			err = fmt.Errorf("the upload ended after %d bytes, before its end: %w", done, err)
+		}
 	}
 	return n, err
 }

@@ -37,7 +37,7 @@ const imgSize = 8 << 20
 // client CA with a client certificate, and a stranger's client certificate.
 type certSet struct {
 	dir                    string
-	serverCA               *pki.CA
+	serverCA, clientCA     *pki.CA
 	proxyClient, stranger  tls.Certificate
 	certFile, keyFile, cas string
 }
@@ -61,7 +61,7 @@ func newPKI(t *testing.T) *certSet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &certSet{dir: dir, serverCA: serverCA, certFile: filepath.Join(dir, "tls.crt"), keyFile: filepath.Join(dir, "tls.key"), cas: filepath.Join(dir, "client-ca.crt")}
+	p := &certSet{dir: dir, serverCA: serverCA, clientCA: clientCA, certFile: filepath.Join(dir, "tls.crt"), keyFile: filepath.Join(dir, "tls.key"), cas: filepath.Join(dir, "client-ca.crt")}
 	for f, b := range map[string][]byte{p.certFile: crt, p.keyFile: key, p.cas: clientCA.CertPEM} {
 		if err := os.WriteFile(f, b, 0o600); err != nil {
 			t.Fatal(err)
