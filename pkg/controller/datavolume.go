@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strconv"
 
+	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v6/apis/volumesnapshot/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -43,6 +44,8 @@ type DataVolumeReconciler struct {
 	ExtendedTokenValidator token.Validator
 }
 
+var volumeSnapshotGVK = snapshotv1.SchemeGroupVersion.WithKind("VolumeSnapshot")
+
 // SetupWithManager registers the reconciler, following the claims and the
 // populator sources of every kind it owns.
 func (r *DataVolumeReconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -52,6 +55,13 @@ func (r *DataVolumeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.PersistentVolumeClaim{})
 	for _, kind := range sourceKinds {
 		b = b.Owns(kind.newSource())
+	}
+	// A clone of a VolumeSnapshot reads it; the API may not be installed,
+	// which the clone reports when it reads it.
+	if !mgr.GetScheme().Recognizes(volumeSnapshotGVK) {
+		if err := snapshotv1.AddToScheme(mgr.GetScheme()); err != nil {
+			return fmt.Errorf("adding snapshot.storage.k8s.io/v1 to the scheme: %w", err)
+		}
 	}
 	return b.Complete(r)
 }
@@ -72,64 +82,90 @@ func (r *DataVolumeReconciler) reconcile(ctx context.Context, req ctrl.Request) 
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if dv.DeletionTimestamp != nil {
+		if controllerutil.ContainsFinalizer(dv, FinalizerDataVolume) {
+			// A cross-namespace clone: its VolumeCloneSource is out of the
+			// garbage collector's reach.
+			return ctrl.Result{}, r.releaseCloneSource(ctx, dv)
+		}
 		return ctrl.Result{}, nil
 	}
 	view, err := r.reconcileClaim(ctx, dv)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	return ctrl.Result{}, r.updateStatus(ctx, dv, view)
+	return ctrl.Result{RequeueAfter: view.RetryAfter}, r.updateStatus(ctx, dv, view)
 }
 
 // reconcileClaim makes sure the DataVolume's import source and claim exist,
 // and returns what the status computation needs to know about the claim.
 func (r *DataVolumeReconciler) reconcileClaim(ctx context.Context, dv *cdiv1.DataVolume) (ClaimView, error) {
-	logger := log.FromContext(ctx)
 	pvc := &corev1.PersistentVolumeClaim{}
 	err := r.Client.Get(ctx, client.ObjectKeyFromObject(dv), pvc)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return ClaimView{}, fmt.Errorf("reading claim %s: %w", dv.Name, err)
 	}
+	kind := kindOf(dv)
 	if err == nil {
 		if metav1.IsControlledBy(pvc, dv) {
-			return r.viewOf(ctx, pvc)
+			var src *CloneSource
+			if kind != nil && kind.clone {
+				if src, err = r.syncCloneClaim(ctx, dv, pvc); err != nil {
+					return ClaimView{}, err
+				}
+			}
+			view, err := r.viewOf(ctx, pvc)
+			view.CloneSource = src
+			return view, err
 		}
 		return r.adopt(ctx, dv, pvc)
 	}
 
-	kind := kindOf(dv)
 	if kind == nil {
-		msg := fmt.Sprintf("DataVolumes with source %s are not supported by Kubefill yet: imports (http, s3, registry, blank) and upload are", describeSource(dv))
+		msg := fmt.Sprintf("DataVolumes with source %s are not supported by Kubefill yet: imports (http, s3, registry, blank), upload and clones (pvc, snapshot, a DataSource) are", describeSource(dv))
 		r.event(dv, corev1.EventTypeWarning, "UnsupportedSource", "RenderClaim", msg)
 		return ClaimView{Problem: msg, ProblemReason: "UnsupportedSource"}, nil
+	}
+	if kind.clone {
+		return r.reconcileCloneClaim(ctx, dv, kind)
 	}
 	if err := r.ensureSource(ctx, dv, kind); err != nil {
 		return ClaimView{}, err
 	}
-	ref := &corev1.TypedObjectReference{APIGroup: ptr.To(cdiv1.GroupName), Kind: kind.ref, Name: kind.sourceName(dv)}
 	spec, className, err := r.renderClaim(ctx, dv)
 	if err != nil {
 		r.event(dv, corev1.EventTypeWarning, "ErrClaimNotValid", "RenderClaim", err.Error())
 		return ClaimView{Problem: err.Error(), ProblemReason: "ErrClaimNotValid"}, nil
 	}
+	pvc, view, err := r.createClaim(ctx, dv, kind, spec, claimAnnotations(dv), className)
+	if pvc == nil || err != nil {
+		return view, err
+	}
+	return r.viewOf(ctx, pvc)
+}
+
+// createClaim creates the DataVolume's claim from spec, its dataSourceRef
+// naming the kind's source, owned by the DataVolume. A nil claim means the
+// view says why there is none, or the next reconcile will see it.
+func (r *DataVolumeReconciler) createClaim(ctx context.Context, dv *cdiv1.DataVolume, kind *sourceKind, spec *corev1.PersistentVolumeClaimSpec,
+	annotations map[string]string, className string) (*corev1.PersistentVolumeClaim, ClaimView, error) {
 	spec.DataSource = nil
-	spec.DataSourceRef = ref
-	pvc = &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: dv.Name, Namespace: dv.Namespace, Labels: claimLabels(dv), Annotations: claimAnnotations(dv)},
+	spec.DataSourceRef = &corev1.TypedObjectReference{APIGroup: ptr.To(cdiv1.GroupName), Kind: kind.ref, Name: kind.sourceName(dv)}
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: dv.Name, Namespace: dv.Namespace, Labels: claimLabels(dv), Annotations: annotations},
 		Spec:       *spec,
 	}
 	if err := controllerutil.SetControllerReference(dv, pvc, r.Client.Scheme()); err != nil {
-		return ClaimView{}, fmt.Errorf("owning claim %s: %w", dv.Name, err)
+		return nil, ClaimView{}, fmt.Errorf("owning claim %s: %w", dv.Name, err)
 	}
 	if err := r.Client.Create(ctx, pvc); err != nil {
 		if apierrors.IsAlreadyExists(err) {
-			return ClaimView{}, nil // the next reconcile sees it
+			return nil, ClaimView{}, nil // the next reconcile sees it
 		}
 		msg := fmt.Sprintf("creating claim %s: %v", dv.Name, err)
 		r.event(dv, corev1.EventTypeWarning, "ErrClaimNotValid", "CreateClaim", msg)
-		return ClaimView{Problem: msg, ProblemReason: "ErrClaimNotValid"}, nil
+		return nil, ClaimView{Problem: msg, ProblemReason: "ErrClaimNotValid"}, nil
 	}
-	logger.Info("created claim", "claim", pvc.Name, "storageClass", className)
+	log.FromContext(ctx).Info("created claim", "claim", pvc.Name, "storageClass", className)
 	r.event(dv, corev1.EventTypeNormal, "Pending", "CreateClaim", fmt.Sprintf("PVC %s created", pvc.Name))
 	if dv.Annotations[cdiv1.AnnUsePopulator] != "true" {
 		patch := client.MergeFrom(dv.DeepCopy())
@@ -138,10 +174,10 @@ func (r *DataVolumeReconciler) reconcileClaim(ctx context.Context, dv *cdiv1.Dat
 		}
 		dv.Annotations[cdiv1.AnnUsePopulator] = "true"
 		if err := r.Client.Patch(ctx, dv, patch); err != nil {
-			return ClaimView{}, fmt.Errorf("marking DataVolume as populated by a populator: %w", err)
+			return nil, ClaimView{}, fmt.Errorf("marking DataVolume as populated by a populator: %w", err)
 		}
 	}
-	return r.viewOf(ctx, pvc)
+	return pvc, ClaimView{}, nil
 }
 
 // adopt handles a claim of the DataVolume's name that it does not own. As in
@@ -205,6 +241,12 @@ func (r *DataVolumeReconciler) ensureSource(ctx context.Context, dv *cdiv1.DataV
 // renderClaim resolves the StorageClass, its profile and the filesystem
 // overhead, then renders the claim spec.
 func (r *DataVolumeReconciler) renderClaim(ctx context.Context, dv *cdiv1.DataVolume) (*corev1.PersistentVolumeClaimSpec, string, error) {
+	return r.renderClaimWith(ctx, dv, RenderClaimSpec)
+}
+
+// renderClaimWith is renderClaim with the kind's rendering function.
+func (r *DataVolumeReconciler) renderClaimWith(ctx context.Context, dv *cdiv1.DataVolume,
+	render func(*cdiv1.DataVolume, *cdiv1.StorageProfile, string, float64) (*corev1.PersistentVolumeClaimSpec, error)) (*corev1.PersistentVolumeClaimSpec, string, error) {
 	className := ""
 	if dv.Spec.PVC != nil && dv.Spec.PVC.StorageClassName != nil {
 		className = *dv.Spec.PVC.StorageClassName
@@ -234,7 +276,7 @@ func (r *DataVolumeReconciler) renderClaim(ctx context.Context, dv *cdiv1.DataVo
 	if err != nil {
 		return nil, "", fmt.Errorf("filesystem overhead in CDIConfig: %w", err)
 	}
-	spec, err := RenderClaimSpec(dv, profile, className, overhead)
+	spec, err := render(dv, profile, className, overhead)
 	return spec, className, err
 }
 
@@ -261,7 +303,13 @@ func (r *DataVolumeReconciler) updateStatus(ctx context.Context, dv *cdiv1.DataV
 		if status.Phase == cdiv1.Failed {
 			eventType = corev1.EventTypeWarning
 		}
-		r.event(dv, eventType, string(status.Phase), "UpdatePhase", phaseMessage(dv, status))
+		reason, msg := string(status.Phase), phaseMessage(dv, status)
+		if view.CloneSource != nil {
+			if cr, cm, ok := cloneEvent(status.Phase, dv, *view.CloneSource); ok {
+				reason, msg = cr, cm
+			}
+		}
+		r.event(dv, eventType, reason, "UpdatePhase", msg)
 	}
 	patch := client.MergeFrom(dv.DeepCopy())
 	dv.Status = status

@@ -34,6 +34,11 @@ type sourceKind struct {
 	// immediateBinding: the claim must not wait for another consumer, the
 	// kind's own worker pod being its first.
 	immediateBinding bool
+	// clone: the source may live in another namespace and be reached through
+	// a DataSource, the claim takes its size from it, and the claim is made
+	// by reconcileCloneClaim; the DataVolume never fails on a worker pod (a
+	// clone error shows in the Running condition, as in CDI).
+	clone bool
 	// doneMessage is the Running condition's message once the data is in.
 	doneMessage string
 	// phase is the DataVolume's phase while the population runs: the claim
@@ -70,9 +75,24 @@ var sourceKinds = []sourceKind{
 		doneMessage:      "Upload Complete",
 		phase:            uploadPhase,
 	},
-	// clone (source.pvc, source.snapshot → VolumeCloneSource) is the next
-	// row; until it comes, such DataVolumes stay Pending with
-	// UnsupportedSource.
+	{
+		// source.pvc, source.snapshot or a sourceRef to a DataSource. The
+		// VolumeCloneSource lives in the source's namespace and the claim
+		// needs the source's size: reconcileCloneClaim renders both.
+		name:       "clone",
+		matches:    IsClone,
+		ref:        cdiv1.VolumeCloneSourceRef,
+		sourceName: CloneSourceName,
+		newSource:  func() client.Object { return &cdiv1.VolumeCloneSource{} },
+		setSpec: func(src client.Object, dv *cdiv1.DataVolume) {
+			if s := DirectCloneSource(dv); s != nil {
+				src.(*cdiv1.VolumeCloneSource).Spec = CloneSourceSpecFor(dv, *s)
+			}
+		},
+		clone:       true,
+		doneMessage: "Clone Complete",
+		phase:       clonePhase,
+	},
 }
 
 // kindOf returns the row of a DataVolume's source, nil for a source
@@ -107,6 +127,10 @@ type workerView struct {
 	PrimeExists bool
 	// WaitsForConsumer: the claim's class binds on first consumer and no node is chosen yet.
 	WaitsForConsumer bool
+	// ClonePhase is the claim's cdi.kubevirt.io/clonePhase.
+	ClonePhase string
+	// Current is the DataVolume's phase now.
+	Current cdiv1.DataVolumePhase
 }
 
 // importPhase is an import DataVolume's phase before it succeeds or fails:

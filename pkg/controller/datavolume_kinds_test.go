@@ -26,9 +26,10 @@ func TestKindOf(t *testing.T) {
 		{"imageio", src(cdiv1.DataVolumeSource{Imageio: &cdiv1.DataVolumeSourceImageIO{}}), "import"},
 		{"vddk", src(cdiv1.DataVolumeSource{VDDK: &cdiv1.DataVolumeSourceVDDK{}}), "import"},
 		{"upload", src(cdiv1.DataVolumeSource{Upload: &cdiv1.DataVolumeSourceUpload{}}), "upload"},
-		{"pvc clone: not yet", src(cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{}}), ""},
-		{"snapshot clone: not yet", src(cdiv1.DataVolumeSource{Snapshot: &cdiv1.DataVolumeSourceSnapshot{}}), ""},
-		{"sourceRef", cdiv1.DataVolumeSpec{SourceRef: &cdiv1.DataVolumeSourceRef{Kind: "DataSource", Name: "x"}}, ""},
+		{"pvc clone", src(cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{}}), "clone"},
+		{"snapshot clone", src(cdiv1.DataVolumeSource{Snapshot: &cdiv1.DataVolumeSourceSnapshot{}}), "clone"},
+		{"sourceRef", cdiv1.DataVolumeSpec{SourceRef: &cdiv1.DataVolumeSourceRef{Kind: "DataSource", Name: "x"}}, "clone"},
+		{"sourceRef of another kind", cdiv1.DataVolumeSpec{SourceRef: &cdiv1.DataVolumeSourceRef{Kind: "Other", Name: "x"}}, ""},
 		{"no source", cdiv1.DataVolumeSpec{}, ""},
 	}
 	for _, c := range cases {

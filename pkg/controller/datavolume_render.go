@@ -42,8 +42,32 @@ func ImportSourceFor(dv *cdiv1.DataVolume) cdiv1.VolumeImportSourceSpec {
 // Filesystem volumes a request grown by the filesystem overhead so that the
 // image itself gets the size the user asked for.
 func RenderClaimSpec(dv *cdiv1.DataVolume, profile *cdiv1.StorageProfile, storageClass string, overhead float64) (*corev1.PersistentVolumeClaimSpec, error) {
+	return renderClaimSpec(dv, profile, storageClass, overhead, nil)
+}
+
+// renderClaimSpec is RenderClaimSpec where sizeless, when not nil, gives
+// the request of a claim that names none (a clone's, from its source),
+// from the claim's volume mode; that size is used as it comes, already
+// allowing for the filesystem.
+func renderClaimSpec(dv *cdiv1.DataVolume, profile *cdiv1.StorageProfile, storageClass string, overhead float64,
+	sizeless func(corev1.PersistentVolumeMode) (resource.Quantity, error)) (*corev1.PersistentVolumeClaimSpec, error) {
 	if dv.Spec.PVC != nil {
-		return dv.Spec.PVC.DeepCopy(), nil
+		spec := dv.Spec.PVC.DeepCopy()
+		if size, ok := spec.Resources.Requests[corev1.ResourceStorage]; sizeless != nil && (!ok || size.IsZero()) {
+			mode := corev1.PersistentVolumeFilesystem
+			if spec.VolumeMode != nil {
+				mode = *spec.VolumeMode
+			}
+			q, err := sizeless(mode)
+			if err != nil {
+				return nil, err
+			}
+			if spec.Resources.Requests == nil {
+				spec.Resources.Requests = corev1.ResourceList{}
+			}
+			spec.Resources.Requests[corev1.ResourceStorage] = q
+		}
+		return spec, nil
 	}
 	st := dv.Spec.Storage
 	if st == nil {
@@ -78,6 +102,17 @@ func RenderClaimSpec(dv *cdiv1.DataVolume, profile *cdiv1.StorageProfile, storag
 		}
 	}
 	size, ok := spec.Resources.Requests[corev1.ResourceStorage]
+	if (!ok || size.IsZero()) && sizeless != nil {
+		q, err := sizeless(*spec.VolumeMode)
+		if err != nil {
+			return nil, err
+		}
+		if spec.Resources.Requests == nil {
+			spec.Resources.Requests = corev1.ResourceList{}
+		}
+		spec.Resources.Requests[corev1.ResourceStorage] = q
+		return spec, nil
+	}
 	if !ok || size.IsZero() {
 		return nil, fmt.Errorf("spec.storage.resources.requests.storage is missing: an import needs a size")
 	}

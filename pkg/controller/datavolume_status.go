@@ -3,6 +3,7 @@ package controller
 import (
 	"fmt"
 	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +20,11 @@ type ClaimView struct {
 	WaitsForConsumer bool
 	// Problem explains why the claim cannot be rendered or used; empty when none.
 	Problem, ProblemReason string
+	// RetryAfter asks to look again after a while: the DataVolume waits for
+	// something no watch follows (a clone's source, a DataSource).
+	RetryAfter time.Duration
+	// CloneSource is a clone's source once known, for its events.
+	CloneSource *CloneSource
 }
 
 // ComputeStatus works out a DataVolume's phase, progress, restarts and
@@ -56,21 +62,24 @@ func ComputeStatus(dv *cdiv1.DataVolume, view ClaimView) cdiv1.DataVolumeStatus 
 			}
 			running = condition(cdiv1.DataVolumeRunning, status, ann[cdiv1.AnnRunningConditionReason], ann[cdiv1.AnnRunningConditionMessage])
 		}
-		populated := ann[cdiv1.AnnPopulatedFor] == pvc.Name || ann[cdiv1.AnnPrePopulated] == dv.Name
+		kind := reportingKindOf(dv)
+		populated := ann[cdiv1.AnnPopulatedFor] == pvc.Name || ann[cdiv1.AnnPrePopulated] == dv.Name ||
+			(kind.clone && ann[cdiv1.AnnClonePhase] == "Succeeded")
 		worker := workerView{
 			PodPhase:         corev1.PodPhase(ann[cdiv1.AnnPodPhase]),
 			PodReady:         ann[cdiv1.AnnPodReady] == "true",
 			PrimeExists:      ann[cdiv1.AnnPVCPrimeName] != "",
 			WaitsForConsumer: view.WaitsForConsumer,
+			ClonePhase:       ann[cdiv1.AnnClonePhase],
+			Current:          dv.Status.Phase,
 		}
-		kind := reportingKindOf(dv)
 		switch {
 		case pvc.Status.Phase == corev1.ClaimLost:
 			st.Phase = cdiv1.Failed
 		case populated && pvc.Status.Phase == corev1.ClaimBound:
 			st.Phase, st.Progress = cdiv1.Succeeded, "100.0%"
 			running = condition(cdiv1.DataVolumeRunning, corev1.ConditionFalse, cdiv1.ReasonCompleted, kind.doneMessage)
-		case worker.PodPhase == corev1.PodFailed:
+		case worker.PodPhase == corev1.PodFailed && !kind.clone:
 			st.Phase = cdiv1.Failed
 		default:
 			st.Phase = kind.phase(worker)

@@ -1,0 +1,408 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v6/apis/volumesnapshot/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+	"github.com/kubefill/kubefill/pkg/clone"
+	"github.com/kubefill/kubefill/pkg/token"
+)
+
+// cloneRetry is how often a clone waiting for something outside its own
+// objects (a source, a DataSource) looks again.
+const cloneRetry = 5 * time.Second
+
+// Running condition reasons of a clone DataVolume that waits or is refused.
+const (
+	reasonCloneTokenInvalid = "CloneTokenInvalid"
+	reasonNoTokenKeys       = "CloneTokenKeysMissing"
+	reasonDataSourceMissing = "DataSourceNotFound"
+	reasonDataSourceNotRdy  = "DataSourceNotReady"
+	reasonCloneSourceNotRdy = "CloneSourceNotReady"
+)
+
+// wait is a ClaimView for a clone that cannot go on yet: Running says why,
+// an event says it once, and the DataVolume is looked at again soon.
+func (r *DataVolumeReconciler) wait(dv *cdiv1.DataVolume, eventType, reason, msg string, src *CloneSource) ClaimView {
+	for _, c := range dv.Status.Conditions {
+		if c.Type == cdiv1.DataVolumeRunning && c.Reason == reason && c.Message == msg {
+			return ClaimView{Problem: msg, ProblemReason: reason, RetryAfter: cloneRetry, CloneSource: src}
+		}
+	}
+	r.event(dv, eventType, reason, "Clone", msg)
+	return ClaimView{Problem: msg, ProblemReason: reason, RetryAfter: cloneRetry, CloneSource: src}
+}
+
+// resolveCloneSource is the DataVolume's source, following a sourceRef to
+// its DataSource (and from there at most one DataSource further, as CDI).
+// When it cannot be known yet, src is nil and view says why.
+func (r *DataVolumeReconciler) resolveCloneSource(ctx context.Context, dv *cdiv1.DataVolume) (*CloneSource, ClaimView, error) {
+	if s := DirectCloneSource(dv); s != nil {
+		return s, ClaimView{}, nil
+	}
+	ref := dv.Spec.SourceRef
+	ns := ptr.Deref(ref.Namespace, "")
+	if ns == "" {
+		ns = dv.Namespace
+	}
+	name := ref.Name
+	for depth := 0; ; depth++ {
+		ds := &cdiv1.DataSource{}
+		if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, ds); err != nil {
+			if apierrors.IsNotFound(err) {
+				msg := fmt.Sprintf("DataSource %s/%s named by spec.sourceRef doesn't exist; the DataVolume waits until it is created", ns, name)
+				return nil, r.wait(dv, corev1.EventTypeWarning, reasonDataSourceMissing, msg, nil), nil
+			}
+			return nil, ClaimView{}, fmt.Errorf("reading DataSource %s/%s: %w", ns, name, err)
+		}
+		if msg := DataSourceNotReady(ds); msg != "" {
+			return nil, r.wait(dv, corev1.EventTypeNormal, reasonDataSourceNotRdy, msg, nil), nil
+		}
+		next := ds.Spec.Source.DataSource
+		if next == nil {
+			if s := cloneSourceOf(ds.Spec.Source.PVC, ds.Spec.Source.Snapshot, ds.Namespace); s != nil {
+				return s, ClaimView{}, nil
+			}
+			msg := fmt.Sprintf("DataSource %s/%s names no pvc or snapshot source", ns, name)
+			return nil, r.wait(dv, corev1.EventTypeWarning, reasonDataSourceNotRdy, msg, nil), nil
+		}
+		if depth == 1 {
+			msg := fmt.Sprintf("DataSource %s/%s points to another DataSource more than one level deep", ns, name)
+			return nil, r.wait(dv, corev1.EventTypeWarning, reasonDataSourceNotRdy, msg, nil), nil
+		}
+		if next.Namespace != "" {
+			ns = next.Namespace
+		}
+		name = next.Name
+	}
+}
+
+// ensureExtendedToken gives a cross-namespace clone DataVolume its extended
+// token, bound to its UID, before anything else: the short token lasts
+// minutes, the source may come much later (CDI issue #2777). stop says to
+// return: the DataVolume was annotated (the update brings it back), or the
+// clone is not authorised and view says why.
+func (r *DataVolumeReconciler) ensureExtendedToken(ctx context.Context, dv *cdiv1.DataVolume, src CloneSource) (view ClaimView, stop bool, err error) {
+	if _, err := r.dataVolumeTokenPayload(dv, src); err == nil {
+		return ClaimView{}, false, nil
+	}
+	if r.CloneTokens == nil || r.ExtendedTokens == nil {
+		return r.noKeys(dv, src), true, nil
+	}
+	short, err := r.shortTokenPayload(dv, src)
+	if err != nil {
+		msg := fmt.Sprintf("the clone token is invalid or expired: %v; delete and re-create the DataVolume", err)
+		return r.wait(dv, corev1.EventTypeWarning, reasonCloneTokenInvalid, msg, &src), true, nil
+	}
+	ext, err := r.ExtendedTokens.Generate(token.WithUID(short, string(dv.UID)))
+	if err != nil {
+		return ClaimView{}, true, fmt.Errorf("minting the extended clone token: %w", err)
+	}
+	patch := client.MergeFrom(dv.DeepCopy())
+	if dv.Annotations == nil {
+		dv.Annotations = map[string]string{}
+	}
+	dv.Annotations[cdiv1.AnnExtendedCloneToken] = ext
+	if err := r.Client.Patch(ctx, dv, patch); err != nil {
+		return ClaimView{}, true, fmt.Errorf("annotating the DataVolume with its extended clone token: %w", err)
+	}
+	return ClaimView{CloneSource: &src}, true, nil
+}
+
+func (r *DataVolumeReconciler) noKeys(dv *cdiv1.DataVolume, src CloneSource) ClaimView {
+	msg := fmt.Sprintf("the controller has no token keys to check the clone token of this clone from namespace %s; "+
+		"start kubefill controller with the signing key Secret mounted", src.Namespace)
+	return r.wait(dv, corev1.EventTypeWarning, reasonNoTokenKeys, msg, &src)
+}
+
+// shortTokenPayload validates the DataVolume's short token for a clone of src.
+func (r *DataVolumeReconciler) shortTokenPayload(dv *cdiv1.DataVolume, src CloneSource) (*token.Payload, error) {
+	t := dv.Annotations[cdiv1.AnnCloneToken]
+	if t == "" {
+		return nil, fmt.Errorf("the DataVolume has no %s (the mutating webhook adds it at creation)", cdiv1.AnnCloneToken)
+	}
+	p, err := r.CloneTokens.Validate(t)
+	if err != nil {
+		return nil, err
+	}
+	if err := token.CheckClone(p, src.Resource(), src.Namespace, src.Name, dv.Namespace, dv.Name); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// dataVolumeTokenPayload validates the DataVolume's extended token: issued
+// for this clone and bound to the DataVolume's UID.
+func (r *DataVolumeReconciler) dataVolumeTokenPayload(dv *cdiv1.DataVolume, src CloneSource) (*token.Payload, error) {
+	t := dv.Annotations[cdiv1.AnnExtendedCloneToken]
+	if t == "" || r.ExtendedTokenValidator == nil {
+		return nil, errors.New("no extended clone token, or no key to check it")
+	}
+	p, err := r.ExtendedTokenValidator.Validate(t)
+	if err != nil {
+		return nil, err
+	}
+	if err := token.CheckExtendedClone(p, src.Resource(), src.Namespace, src.Name, dv.Namespace, dv.Name, string(dv.UID)); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// claimToken is the extended token for the claim: the DataVolume's, re-bound
+// to the claim's UID.
+func (r *DataVolumeReconciler) claimToken(dv *cdiv1.DataVolume, src CloneSource, claimUID types.UID) (string, error) {
+	if r.ExtendedTokens == nil {
+		return "", errors.New("no key to sign extended clone tokens")
+	}
+	p, err := r.dataVolumeTokenPayload(dv, src)
+	if err != nil {
+		return "", fmt.Errorf("the DataVolume's extended clone token: %w", err)
+	}
+	return r.ExtendedTokens.Generate(token.WithUID(p, string(claimUID)))
+}
+
+// cloneSize reads the source and what the size rules need of it. When it
+// cannot be read, ok is false and view says why.
+func (r *DataVolumeReconciler) cloneSize(ctx context.Context, dv *cdiv1.DataVolume, src CloneSource) (size CloneSize, view ClaimView, ok bool, err error) {
+	missing := func() ClaimView {
+		return r.wait(dv, corev1.EventTypeWarning, EventCloneWithoutSource, fmt.Sprintf("The source %s %s doesn't exist", src.word(), src.Name), &src)
+	}
+	key := types.NamespacedName{Namespace: src.Namespace, Name: src.Name}
+	if !src.Snapshot {
+		pvc := &corev1.PersistentVolumeClaim{}
+		if err := r.Client.Get(ctx, key, pvc); err != nil {
+			if apierrors.IsNotFound(err) {
+				return size, missing(), false, nil
+			}
+			return size, ClaimView{}, false, fmt.Errorf("reading the source claim %s: %w", key, err)
+		}
+		if c, ok := pvc.Status.Capacity[corev1.ResourceStorage]; ok {
+			size.Size = &c
+		}
+		if q, ok := pvc.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
+			size.Minimum = &q
+		} else {
+			size.Minimum = size.Size
+		}
+		size.Mode = pvc.Spec.VolumeMode
+		if size.Mode == nil {
+			size.Mode = ptr.To(corev1.PersistentVolumeFilesystem)
+		}
+		return size, ClaimView{}, true, nil
+	}
+	snap := &snapshotv1.VolumeSnapshot{}
+	if err := r.Client.Get(ctx, key, snap); err != nil {
+		switch {
+		case apierrors.IsNotFound(err):
+			return size, missing(), false, nil
+		case meta.IsNoMatchError(err):
+			msg := fmt.Sprintf("cannot clone from snapshot %s: the VolumeSnapshot API (snapshot.storage.k8s.io/v1) is not installed in this cluster", key)
+			return size, r.wait(dv, corev1.EventTypeWarning, reasonCloneSourceNotRdy, msg, &src), false, nil
+		}
+		return size, ClaimView{}, false, fmt.Errorf("reading the source snapshot %s: %w", key, err)
+	}
+	if st := snap.Status; st != nil && st.Error != nil && st.Error.Message != nil {
+		msg := fmt.Sprintf("snapshot %s in error state with msg: %s", key, *st.Error.Message)
+		return size, r.wait(dv, corev1.EventTypeWarning, EventCloneValidationFailed, msg, &src), false, nil
+	}
+	if st := snap.Status; st != nil && st.RestoreSize != nil {
+		rs := st.RestoreSize.DeepCopy()
+		size.Size = &rs
+		if !rs.IsZero() {
+			size.Minimum = &rs
+		}
+	}
+	if m, ok := snap.Annotations[cdiv1.AnnSnapshotSourceVolumeMode]; ok {
+		size.Mode = ptr.To(corev1.PersistentVolumeMode(m))
+	}
+	if st := snap.Status; st != nil && st.BoundVolumeSnapshotContentName != nil {
+		content := &snapshotv1.VolumeSnapshotContent{}
+		if err := r.Client.Get(ctx, types.NamespacedName{Name: *st.BoundVolumeSnapshotContentName}, content); err == nil && content.Spec.SourceVolumeMode != nil {
+			size.Mode = content.Spec.SourceVolumeMode
+		}
+	}
+	return size, ClaimView{}, true, nil
+}
+
+// reconcileCloneClaim makes a clone DataVolume's VolumeCloneSource, in the
+// source's namespace, and its claim, when the claim does not exist yet.
+func (r *DataVolumeReconciler) reconcileCloneClaim(ctx context.Context, dv *cdiv1.DataVolume, kind *sourceKind) (ClaimView, error) {
+	src, view, err := r.resolveCloneSource(ctx, dv)
+	if src == nil || err != nil {
+		return view, err
+	}
+	crossNS := src.Namespace != dv.Namespace
+	if crossNS {
+		if view, stop, err := r.ensureExtendedToken(ctx, dv, *src); stop || err != nil {
+			return view, err
+		}
+	}
+	size, view, ok, err := r.cloneSize(ctx, dv, *src)
+	if !ok || err != nil {
+		return view, err
+	}
+	spec, className, err := r.renderClaimWith(ctx, dv, func(dv *cdiv1.DataVolume, profile *cdiv1.StorageProfile, class string, overhead float64) (*corev1.PersistentVolumeClaimSpec, error) {
+		return RenderCloneClaimSpec(dv, profile, class, overhead, size)
+	})
+	var refusal *cloneRefusal
+	switch {
+	case errors.Is(err, errSizeUnknown):
+		msg := fmt.Sprintf("the source %s %s/%s does not report its size yet (a claim's status.capacity once Bound, a snapshot's status.restoreSize); "+
+			"the DataVolume names no size, so it waits for the source's", src.word(), src.Namespace, src.Name)
+		return r.wait(dv, corev1.EventTypeNormal, reasonCloneSourceNotRdy, msg, src), nil
+	case errors.As(err, &refusal):
+		msg := fmt.Sprintf("%s: %s", clone.MessageCloneValidationFailed, refusal.msg)
+		return r.wait(dv, corev1.EventTypeWarning, EventCloneValidationFailed, msg, src), nil
+	case err != nil:
+		r.event(dv, corev1.EventTypeWarning, "ErrClaimNotValid", "RenderClaim", err.Error())
+		return ClaimView{Problem: err.Error(), ProblemReason: "ErrClaimNotValid", CloneSource: src}, nil
+	}
+	if crossNS && !controllerutil.ContainsFinalizer(dv, FinalizerDataVolume) {
+		patch := client.MergeFrom(dv.DeepCopy())
+		controllerutil.AddFinalizer(dv, FinalizerDataVolume)
+		if err := r.Client.Patch(ctx, dv, patch); err != nil {
+			return ClaimView{}, fmt.Errorf("adding the DataVolume finalizer: %w", err)
+		}
+	}
+	if err := r.ensureCloneSource(ctx, dv, kind, *src); err != nil {
+		return ClaimView{}, err
+	}
+	pvc, view, err := r.createClaim(ctx, dv, kind, spec, CloneClaimAnnotations(dv, *src), className)
+	if pvc == nil || err != nil {
+		view.CloneSource = src
+		return view, err
+	}
+	if crossNS {
+		if err := r.annotateClaimToken(ctx, dv, *src, pvc); err != nil {
+			// The next reconcile tries again; the populator waits meanwhile.
+			return ClaimView{}, err
+		}
+	}
+	view, err = r.viewOf(ctx, pvc)
+	view.CloneSource = src
+	return view, err
+}
+
+// ensureCloneSource writes the VolumeCloneSource in the source's
+// namespace: owned by the DataVolume in its own, else naming it in an
+// annotation (its finalizer deletes it).
+func (r *DataVolumeReconciler) ensureCloneSource(ctx context.Context, dv *cdiv1.DataVolume, kind *sourceKind, src CloneSource) error {
+	vcs := &cdiv1.VolumeCloneSource{ObjectMeta: metav1.ObjectMeta{Name: kind.sourceName(dv), Namespace: src.Namespace}}
+	_, err := controllerutil.CreateOrUpdate(ctx, r.Client, vcs, func() error {
+		vcs.Spec = CloneSourceSpecFor(dv, src)
+		if src.Namespace == dv.Namespace {
+			return controllerutil.SetControllerReference(dv, vcs, r.Client.Scheme())
+		}
+		if vcs.Annotations == nil {
+			vcs.Annotations = map[string]string{}
+		}
+		vcs.Annotations[AnnOwnedByDataVolume] = dv.Namespace + "/" + dv.Name
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("writing VolumeCloneSource %s/%s: %w", src.Namespace, vcs.Name, err)
+	}
+	return nil
+}
+
+// annotateClaimToken puts the extended token bound to the claim's UID on it.
+func (r *DataVolumeReconciler) annotateClaimToken(ctx context.Context, dv *cdiv1.DataVolume, src CloneSource, pvc *corev1.PersistentVolumeClaim) error {
+	t, err := r.claimToken(dv, src, pvc.UID)
+	if err != nil {
+		return fmt.Errorf("minting the claim's extended clone token: %w", err)
+	}
+	patch := client.MergeFrom(pvc.DeepCopy())
+	if pvc.Annotations == nil {
+		pvc.Annotations = map[string]string{}
+	}
+	pvc.Annotations[cdiv1.AnnExtendedCloneToken] = t
+	if err := r.Client.Patch(ctx, pvc, patch); err != nil {
+		return fmt.Errorf("annotating claim %s with its extended clone token: %w", pvc.Name, err)
+	}
+	return nil
+}
+
+// syncCloneClaim keeps a clone DataVolume and its existing claim in step:
+// the claim's extended token, the clone type copied to the DataVolume, and
+// once the clone succeeded, the cross-namespace VolumeCloneSource removed.
+func (r *DataVolumeReconciler) syncCloneClaim(ctx context.Context, dv *cdiv1.DataVolume, pvc *corev1.PersistentVolumeClaim) (*CloneSource, error) {
+	src, _, err := r.resolveCloneSourceQuietly(ctx, dv)
+	if err != nil {
+		return nil, err
+	}
+	srcNS := pvc.Annotations[cdiv1.AnnDataSourceNamespace]
+	if src != nil && srcNS != "" && srcNS != dv.Namespace && pvc.Annotations[cdiv1.AnnExtendedCloneToken] == "" && !claimDone(pvc) {
+		if err := r.annotateClaimToken(ctx, dv, *src, pvc); err != nil {
+			return src, err
+		}
+	}
+	if ct, ok := pvc.Annotations[cdiv1.AnnCloneType]; ok && dv.Annotations[cdiv1.AnnCloneType] != ct {
+		patch := client.MergeFrom(dv.DeepCopy())
+		if dv.Annotations == nil {
+			dv.Annotations = map[string]string{}
+		}
+		dv.Annotations[cdiv1.AnnCloneType] = ct
+		if err := r.Client.Patch(ctx, dv, patch); err != nil {
+			return src, fmt.Errorf("copying %s to the DataVolume: %w", cdiv1.AnnCloneType, err)
+		}
+	}
+	if claimDone(pvc) && controllerutil.ContainsFinalizer(dv, FinalizerDataVolume) {
+		return src, r.releaseCloneSource(ctx, dv)
+	}
+	return src, nil
+}
+
+// resolveCloneSourceQuietly resolves the source for messages, without
+// events or waits: nil when it cannot be known.
+func (r *DataVolumeReconciler) resolveCloneSourceQuietly(ctx context.Context, dv *cdiv1.DataVolume) (*CloneSource, ClaimView, error) {
+	if s := DirectCloneSource(dv); s != nil {
+		return s, ClaimView{}, nil
+	}
+	quiet := *r
+	quiet.Recorder = nil
+	return quiet.resolveCloneSource(ctx, dv)
+}
+
+// claimDone: the clone into the claim is over and the claim bound.
+func claimDone(pvc *corev1.PersistentVolumeClaim) bool {
+	return pvc.Status.Phase == corev1.ClaimBound &&
+		(pvc.Annotations[cdiv1.AnnClonePhase] == string(clone.PhaseSucceeded) || pvc.Annotations[cdiv1.AnnPopulatedFor] == pvc.Name)
+}
+
+// releaseCloneSource deletes the DataVolume's VolumeCloneSource in another
+// namespace, wherever it is, then drops the DataVolume's finalizer.
+func (r *DataVolumeReconciler) releaseCloneSource(ctx context.Context, dv *cdiv1.DataVolume) error {
+	list := &cdiv1.VolumeCloneSourceList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		return fmt.Errorf("listing VolumeCloneSources: %w", err)
+	}
+	owner := dv.Namespace + "/" + dv.Name
+	for i := range list.Items {
+		vcs := &list.Items[i]
+		if vcs.Name != CloneSourceName(dv) || vcs.Annotations[AnnOwnedByDataVolume] != owner {
+			continue
+		}
+		if err := r.Client.Delete(ctx, vcs); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting VolumeCloneSource %s/%s: %w", vcs.Namespace, vcs.Name, err)
+		}
+	}
+	patch := client.MergeFrom(dv.DeepCopy())
+	controllerutil.RemoveFinalizer(dv, FinalizerDataVolume)
+	if err := r.Client.Patch(ctx, dv, patch); err != nil {
+		return fmt.Errorf("removing the DataVolume finalizer: %w", err)
+	}
+	return nil
+}
