@@ -19,7 +19,7 @@ func newControllerCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "controller",
 		Short:   "Run the Kubefill controllers",
-		Long:    "Runs the controller manager: the DataVolume, StorageProfile and CDIConfig controllers, the import and upload populators, and the upload-target controller that fills annotated claims in place.",
+		Long:    "Runs the controller manager: the DataVolume, StorageProfile and CDIConfig controllers, the import, upload and clone populators, and the upload-target controller that fills annotated claims in place.",
 		Example: "  kubefill controller --kubeconfig ~/.kube/config --leader-elect=false",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -46,6 +46,9 @@ func newControllerCommand() *cobra.Command {
 	flags.StringVar(&opts.WorkerImage, "worker-image", contract.DefaultImage, "image holding the kubefill binary that worker pods (importer, upload server) run")
 	flags.StringVar((*string)(&opts.WorkerPullPolicy), "worker-pull-policy", string(corev1.PullIfNotPresent), "pull policy of the worker image")
 	flags.StringVar(&opts.InstallNamespace, "install-namespace", "", "namespace holding Kubefill's own objects such as the upload CAs (default: $POD_NAMESPACE)")
+	flags.StringVar(&opts.TokenKeyDir, "token-key-dir", "", "directory of the API server's mounted signing key Secret (id_rsa.pub), which clone tokens are checked with (default: read Secret --token-key-secret from the install namespace)")
+	flags.StringVar(&opts.TokenKeySecret, "token-key-secret", "", "the API server's signing key Secret in the install namespace, read when --token-key-dir is empty (default kubefill-api-signing-key)")
+	flags.StringVar(&opts.ExtendedTokenKeySecret, "extended-token-key-secret", "", "Secret in the install namespace keeping the controller's key for extended clone tokens, made at first use (default "+controller.DefaultExtendedTokenKeySecret+")")
 	flags.StringVar(&opts.UploadProxyURL, "uploadproxy-url", "", "user-facing upload proxy URL published in CDIConfig status (spec.uploadProxyURLOverride wins)")
 	goFlags := flag.NewFlagSet("zap", flag.ContinueOnError)
 	zapOpts.BindFlags(goFlags)

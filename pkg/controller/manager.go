@@ -2,12 +2,15 @@ package controller
 
 import (
 	"context"
+	"crypto/rsa"
 	"errors"
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
+	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v6/apis/volumesnapshot/v1"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -20,8 +23,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/kubefill/kubefill/pkg/clone"
 	"github.com/kubefill/kubefill/pkg/contract"
 	"github.com/kubefill/kubefill/pkg/populators"
+	"github.com/kubefill/kubefill/pkg/token"
 )
 
 // ManagerOptions are the settings of `kubefill controller`.
@@ -40,9 +45,27 @@ type ManagerOptions struct {
 	// InstallNamespace holds Kubefill's own objects, such as the upload CAs
 	// (default: $POD_NAMESPACE).
 	InstallNamespace string
+	// TokenKeyDir holds the API server's token public keys (the mounted
+	// kubefill-api-signing-key Secret's id_rsa.pub, id_rsa.pub.previous,
+	// rotated-at), which short clone tokens (issuer cdi-apiserver) are
+	// checked with. Empty reads that Secret (TokenKeySecret) from the
+	// install namespace instead.
+	TokenKeyDir string
+	// TokenKeySecret is the API server's signing key Secret in the install
+	// namespace, read when TokenKeyDir is empty; empty is
+	// token.DefaultSigningKeySecretName.
+	TokenKeySecret string
+	// ExtendedTokenKeySecret keeps the controller's own key for extended
+	// clone tokens (issuer cdi-deployment) in the install namespace, made at
+	// first use; empty is DefaultExtendedTokenKeySecret.
+	ExtendedTokenKeySecret string
 	// SkipNameValidation lets tests run several managers in one process.
 	SkipNameValidation bool
 }
+
+// DefaultExtendedTokenKeySecret is the Secret of the controller's extended
+// clone token key.
+const DefaultExtendedTokenKeySecret = "kubefill-controller-token-key"
 
 // NewManager builds the controller manager with every Kubefill controller
 // registered, health and readiness checks, and metrics.
@@ -79,17 +102,34 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
 	if err := configs.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("registering the CDIConfig controller: %w", err)
 	}
-	dataVolumes := &DataVolumeReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("datavolume-controller")}
-	if err := dataVolumes.SetupWithManager(mgr); err != nil {
-		return nil, fmt.Errorf("registering the DataVolume controller: %w", err)
-	}
 	installNS := opts.InstallNamespace
 	if installNS == "" {
 		installNS = os.Getenv("POD_NAMESPACE")
 	}
+	tokens, err := cloneTokens(cfg, mgr, opts, installNS)
+	if err != nil {
+		return nil, err
+	}
+	dataVolumes := &DataVolumeReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("datavolume-controller"),
+		CloneTokens: tokens.short, ExtendedTokens: tokens.extendedGenerator, ExtendedTokenValidator: tokens.extended}
+	if err := dataVolumes.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("registering the DataVolume controller: %w", err)
+	}
 	uploadKind := &populators.UploadKind{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: installNS,
 		Image: opts.WorkerImage, PullPolicy: opts.WorkerPullPolicy}
-	kinds := populatorKinds(mgr.GetClient(), opts, uploadKind)
+	snapshots, err := kindServed(mgr, volumeSnapshotGVK)
+	if err != nil {
+		return nil, err
+	}
+	if snapshots && !mgr.GetScheme().Recognizes(volumeSnapshotGVK) {
+		if err := snapshotv1.AddToScheme(mgr.GetScheme()); err != nil {
+			return nil, fmt.Errorf("adding snapshot.storage.k8s.io/v1 to the scheme: %w", err)
+		}
+	}
+	cloneKind := &clone.Kind{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: installNS,
+		Image: opts.WorkerImage, PullPolicy: opts.WorkerPullPolicy, CloneTokens: tokens.short, ExtendedTokens: tokens.extended,
+		Grants: &populators.GrantChecker{Reader: mgr.GetAPIReader()}, Snapshots: snapshots}
+	kinds := populatorKinds(mgr.GetClient(), opts, uploadKind, cloneKind)
 	var kindNames []string
 	for _, kind := range kinds {
 		r := &populators.Reconciler{
@@ -146,7 +186,7 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
 // VolumePopulator objects are registered from this same list: a kind no
 // populator runs is not declared, so the data-source validator warns about
 // claims naming it instead of leaving them pending in silence.
-func populatorKinds(c client.Client, opts ManagerOptions, upload *populators.UploadKind) []populators.Kind {
+func populatorKinds(c client.Client, opts ManagerOptions, upload *populators.UploadKind, cloneKind *clone.Kind) []populators.Kind {
 	return []populators.Kind{
 		&populators.ImportKind{
 			Client:      c,
@@ -157,6 +197,7 @@ func populatorKinds(c client.Client, opts ManagerOptions, upload *populators.Upl
 			Backoff:     10 * time.Second,
 		},
 		upload,
+		cloneKind,
 	}
 }
 
@@ -164,7 +205,7 @@ func populatorKinds(c client.Client, opts ManagerOptions, upload *populators.Upl
 // declares through VolumePopulator objects.
 func PopulatorKinds() []string {
 	var names []string
-	for _, k := range populatorKinds(nil, ManagerOptions{}, &populators.UploadKind{}) {
+	for _, k := range populatorKinds(nil, ManagerOptions{}, &populators.UploadKind{}, &clone.Kind{}) {
 		names = append(names, k.Name())
 	}
 	return names
@@ -174,4 +215,93 @@ func PopulatorKinds() []string {
 // is the "import-populator".
 func populatorName(kind string) string {
 	return strings.TrimSuffix(strings.TrimPrefix(strings.ToLower(kind), "volume"), "source") + "-populator"
+}
+
+// cloneTokenKeys are the controller's clone token validators and the
+// extended token's generator; nil where no key is configured.
+type cloneTokenKeys struct {
+	short, extended   token.Validator
+	extendedGenerator token.Generator
+}
+
+// cloneTokens builds them: short tokens are checked with the API server's
+// public keys (the mounted Secret in opts.TokenKeyDir, else that Secret read
+// from the install namespace), extended tokens with the controller's own key,
+// kept in a Secret of the install namespace and made at first use.
+func cloneTokens(cfg *rest.Config, mgr ctrl.Manager, opts ManagerOptions, installNS string) (cloneTokenKeys, error) {
+	var keys cloneTokenKeys
+	window := token.DefaultCloneTokenLifetime + token.DefaultCloneTokenLeeway
+	// Secrets are read uncached (the controller may not list them), with a
+	// client of their own so that no informer on Secrets starts.
+	direct, err := client.New(cfg, client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+	if err != nil {
+		return keys, fmt.Errorf("creating the token key client: %w", err)
+	}
+	switch {
+	case opts.TokenKeyDir != "":
+		dir := &token.DirKeySource{Dir: opts.TokenKeyDir, Window: window}
+		keys.short = token.NewMultiKeyValidator(token.CloneTokenIssuer, dir.PublicKeys, token.DefaultCloneTokenLeeway)
+	case installNS != "":
+		name := opts.TokenKeySecret
+		if name == "" {
+			name = token.DefaultSigningKeySecretName
+		}
+		src := &token.SecretKeySource{Client: direct, Namespace: installNS, Name: name, Window: window, PublicOnly: true}
+		keys.short = token.NewMultiKeyValidator(token.CloneTokenIssuer, src.PublicKeys, token.DefaultCloneTokenLeeway)
+	}
+	if installNS != "" {
+		name := opts.ExtendedTokenKeySecret
+		if name == "" {
+			name = DefaultExtendedTokenKeySecret
+		}
+		ext := &ensuredKeys{c: direct, namespace: installNS, name: name, window: window}
+		keys.extended = token.NewMultiKeyValidator(token.ExtendedCloneTokenIssuer, ext.PublicKeys, token.DefaultCloneTokenLeeway)
+		keys.extendedGenerator = token.NewDynamicGenerator(token.ExtendedCloneTokenIssuer, ext.PrivateKey, token.DefaultExtendedCloneTokenLifetime)
+	}
+	return keys, nil
+}
+
+// ensuredKeys is a signing key Secret made at first use (replicas converge
+// on the first one made), then followed for rotations.
+type ensuredKeys struct {
+	c               client.Client
+	namespace, name string
+	window          time.Duration
+
+	mu  sync.Mutex
+	src *token.SecretKeySource
+}
+
+func (e *ensuredKeys) source() (*token.SecretKeySource, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.src != nil {
+		return e.src, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ks, err := token.EnsureSigningKeySecret(ctx, e.c, e.namespace, e.name)
+	if err != nil {
+		return nil, err
+	}
+	e.src = token.NewSecretKeySource(e.c, e.namespace, e.name, ks, e.window)
+	return e.src, nil
+}
+
+// PrivateKey is a token.PrivateKeyFunc.
+func (e *ensuredKeys) PrivateKey() (*rsa.PrivateKey, error) {
+	src, err := e.source()
+	if err != nil {
+		return nil, err
+	}
+	return src.PrivateKey()
+}
+
+// PublicKeys is a token.PublicKeysFunc.
+func (e *ensuredKeys) PublicKeys() ([]*rsa.PublicKey, error) {
+	src, err := e.source()
+	if err != nil {
+		return nil, err
+	}
+	return src.PublicKeys()
 }

@@ -24,13 +24,29 @@ func Handles(target *corev1.PersistentVolumeClaim, kind string) bool {
 	return cdiv1.RefersTo(target, kind)
 }
 
-// SourceNamespace is where target's populator source lives: the ref's
-// namespace when set (cross-namespace refs), else the claim's.
+// SourceNamespace is where target's populator source lives: for a
+// VolumeCloneSource, the namespace cdi.kubevirt.io/dataSourceNamespace names
+// (CDI's cross-namespace clone, authorised by a clone token); else the ref's
+// namespace when set (cross-namespace refs, authorised by a ReferenceGrant);
+// else the claim's.
 func SourceNamespace(target *corev1.PersistentVolumeClaim) string {
+	if ns := AnnotatedSourceNamespace(target); ns != "" {
+		return ns
+	}
 	if ns := target.Spec.DataSourceRef.Namespace; ns != nil && *ns != "" {
 		return *ns
 	}
 	return target.Namespace
+}
+
+// AnnotatedSourceNamespace is the namespace a clone target's
+// cdi.kubevirt.io/dataSourceNamespace names, or "" when it names none (or
+// the target is no clone): CDI's way to clone across namespaces.
+func AnnotatedSourceNamespace(target *corev1.PersistentVolumeClaim) string {
+	if !cdiv1.RefersTo(target, cdiv1.VolumeCloneSourceRef) {
+		return ""
+	}
+	return target.Annotations[cdiv1.AnnDataSourceNamespace]
 }
 
 // UnsupportedClass explains why a StorageClass cannot back a populated

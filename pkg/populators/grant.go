@@ -77,11 +77,10 @@ func knownGrantVersion(v string) bool {
 	return false
 }
 
-// IsCrossNamespace reports whether target's dataSourceRef names a source in
-// another namespace than the claim's.
+// IsCrossNamespace reports whether target's source (see SourceNamespace)
+// lives in another namespace than the claim's.
 func IsCrossNamespace(target *corev1.PersistentVolumeClaim) bool {
-	ref := target.Spec.DataSourceRef
-	return ref != nil && ptr.Deref(ref.Namespace, "") != "" && *ref.Namespace != target.Namespace
+	return target.Spec.DataSourceRef != nil && SourceNamespace(target) != target.Namespace
 }
 
 // GrantAllows reports whether one of grants lets target use the source its
@@ -97,7 +96,7 @@ func GrantAllows(target *corev1.PersistentVolumeClaim, grants []unstructured.Uns
 	group := ptr.Deref(ref.APIGroup, "")
 	for i := range grants {
 		g, ok := parseReferenceGrant(&grants[i])
-		if !ok || g.Namespace != *ref.Namespace {
+		if !ok || g.Namespace != SourceNamespace(target) {
 			continue
 		}
 		from := false
@@ -122,20 +121,20 @@ func GrantAllows(target *corev1.PersistentVolumeClaim, grants []unstructured.Uns
 // refusedPrefix says which claim may not use which source.
 func refusedPrefix(target *corev1.PersistentVolumeClaim) string {
 	ref := target.Spec.DataSourceRef
-	return fmt.Sprintf("PersistentVolumeClaim %s/%s may not use %s %s/%s", target.Namespace, target.Name, ref.Kind, *ref.Namespace, ref.Name)
+	return fmt.Sprintf("PersistentVolumeClaim %s/%s may not use %s %s/%s", target.Namespace, target.Name, ref.Kind, SourceNamespace(target), ref.Name)
 }
 
 // grantToCreate describes the ReferenceGrant that would allow target.
 func grantToCreate(target *corev1.PersistentVolumeClaim) string {
 	ref := target.Spec.DataSourceRef
 	return fmt.Sprintf(`a ReferenceGrant (%s/%s) in namespace %s with spec.from [{group: "", kind: PersistentVolumeClaim, namespace: %s}] and spec.to [{group: %q, kind: %s, name: %s}]`,
-		ReferenceGrantGroup, ReferenceGrantVersions[0], *ref.Namespace, target.Namespace, ptr.Deref(ref.APIGroup, ""), ref.Kind, ref.Name)
+		ReferenceGrantGroup, ReferenceGrantVersions[0], SourceNamespace(target), target.Namespace, ptr.Deref(ref.APIGroup, ""), ref.Kind, ref.Name)
 }
 
 // GrantRefusal is the message for a cross-namespace target no grant allows.
 func GrantRefusal(target *corev1.PersistentVolumeClaim) string {
 	return fmt.Sprintf("%s: no ReferenceGrant in namespace %s allows PersistentVolumeClaims from namespace %s to use it; create %s",
-		refusedPrefix(target), *target.Spec.DataSourceRef.Namespace, target.Namespace, grantToCreate(target))
+		refusedPrefix(target), SourceNamespace(target), target.Namespace, grantToCreate(target))
 }
 
 // GrantCRDMissing is the message for a cross-namespace target on a cluster
@@ -167,7 +166,7 @@ func (g *GrantChecker) Allowed(ctx context.Context, target *corev1.PersistentVol
 	if g == nil || g.Reader == nil {
 		return false, "", errors.New("no ReferenceGrant reader: cross-namespace sources cannot be checked")
 	}
-	ns := *target.Spec.DataSourceRef.Namespace
+	ns := SourceNamespace(target)
 	for _, version := range ReferenceGrantVersions {
 		list := &unstructured.UnstructuredList{}
 		list.SetGroupVersionKind(schema.GroupVersionKind{Group: ReferenceGrantGroup, Version: version, Kind: referenceGrantKind + "List"})

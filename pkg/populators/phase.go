@@ -75,6 +75,10 @@ type Result struct {
 	Reason, Message string
 	// Permanent says a failure will not be retried: the user must change something.
 	Permanent bool
+	// Event, when set (an event type, e.g. Warning), raises an event on the
+	// target with Reason and Message, once per distinct message: a wait the
+	// user can end (a source in use, a quota) is never silent.
+	Event string
 	// RetryAfter asks to look again after this long (backoff, progress polling).
 	RetryAfter time.Duration
 	// Pod is the worker pod's status, set only by phases that run a pod.

@@ -129,8 +129,12 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 
 	switch {
-	case f.Prime == nil && (target.Annotations[cdiv1.AnnPopulatedFor] == target.Name || target.Status.Phase == corev1.ClaimBound):
-		// Already filled: the prime is gone.
+	case f.Prime == nil && filled(target):
+		// Already filled: the prime is gone. A kind's Finalizer removes what
+		// is left in other namespaces, and its finalizer goes.
+		if fin, ok := r.Kind.(Finalizer); ok {
+			return ctrl.Result{}, r.release(ctx, target, fin)
+		}
 		return ctrl.Result{}, nil
 	case f.Prime != nil && f.Prime.DeletionTimestamp != nil:
 		return ctrl.Result{}, nil // finish already ran
@@ -198,12 +202,34 @@ type PrimeLocator interface {
 	PrimeNamespace(target *corev1.PersistentVolumeClaim) string
 }
 
-func (r *Reconciler) primeKey(target *corev1.PersistentVolumeClaim) types.NamespacedName {
-	ns := target.Namespace
-	if l, ok := r.Kind.(PrimeLocator); ok {
-		ns = l.PrimeNamespace(target)
+// PhaseReporter is a kind that shows more of where its plan stands on the
+// target (a clone's cdi.kubevirt.io/clonePhase): the annotations it returns
+// are written with the base's, and win. phase is the phase the run stopped
+// at (the last one, with res.Done, once every phase is done).
+type PhaseReporter interface {
+	PhaseAnnotations(target *corev1.PersistentVolumeClaim, phase string, res Result) map[string]string
+}
+
+// PrimeNamer is a kind whose prime has another name than prime-<UID> (a
+// clone's tmp-pvc-<UID>, CDI's name).
+type PrimeNamer interface {
+	PrimeNameFor(target *corev1.PersistentVolumeClaim) string
+}
+
+// PrimeKey is where kind keeps target's prime.
+func PrimeKey(kind Kind, target *corev1.PersistentVolumeClaim) types.NamespacedName {
+	key := types.NamespacedName{Namespace: target.Namespace, Name: PrimeName(target)}
+	if l, ok := kind.(PrimeLocator); ok {
+		key.Namespace = l.PrimeNamespace(target)
 	}
-	return types.NamespacedName{Namespace: ns, Name: PrimeName(target)}
+	if n, ok := kind.(PrimeNamer); ok {
+		key.Name = n.PrimeNameFor(target)
+	}
+	return key
+}
+
+func (r *Reconciler) primeKey(target *corev1.PersistentVolumeClaim) types.NamespacedName {
+	return PrimeKey(r.Kind, target)
 }
 
 // authorizeSource asks the kind, or else the ReferenceGrants, whether target
@@ -295,8 +321,17 @@ func (r *Reconciler) report(ctx context.Context, target *corev1.PersistentVolume
 			ann[cdiv1.AnnPopulatorProgress] = res.Progress
 		}
 	}
-	if res := s.result; res.Permanent && !res.Done && target.Annotations[cdiv1.AnnRunningConditionMessage] != res.Message {
-		r.event(target, corev1.EventTypeWarning, res.Reason, s.phase, res.Message)
+	if res := s.result; (res.Permanent || res.Event != "") && !res.Done && target.Annotations[cdiv1.AnnRunningConditionMessage] != res.Message {
+		eventType := res.Event
+		if eventType == "" {
+			eventType = corev1.EventTypeWarning
+		}
+		r.event(target, eventType, res.Reason, s.phase, res.Message)
+	}
+	if rep, ok := r.Kind.(PhaseReporter); ok {
+		for k, v := range rep.PhaseAnnotations(target, s.phase, s.result) {
+			ann[k] = v
+		}
 	}
 	return patchAnnotations(ctx, r.Client, target, ann)
 }
@@ -329,7 +364,7 @@ func (r *Reconciler) finalize(ctx context.Context, target *corev1.PersistentVolu
 	name := fin.FinalizerName()
 	has := controllerutil.ContainsFinalizer(target, name)
 	if target.DeletionTimestamp == nil {
-		if has {
+		if has || filled(target) {
 			return false, nil
 		}
 		patch := client.MergeFrom(target.DeepCopy())
@@ -342,15 +377,30 @@ func (r *Reconciler) finalize(ctx context.Context, target *corev1.PersistentVolu
 	if !has {
 		return true, nil
 	}
+	return true, r.release(ctx, target, fin)
+}
+
+// filled reports whether target holds its data (or was bound by someone else).
+func filled(target *corev1.PersistentVolumeClaim) bool {
+	return target.Annotations[cdiv1.AnnPopulatedFor] == target.Name || target.Status.Phase == corev1.ClaimBound
+}
+
+// release lets the kind remove what owner references cannot reach, then
+// removes its finalizer from target.
+func (r *Reconciler) release(ctx context.Context, target *corev1.PersistentVolumeClaim, fin Finalizer) error {
+	name := fin.FinalizerName()
+	if !controllerutil.ContainsFinalizer(target, name) {
+		return nil
+	}
 	if err := fin.Finalize(ctx, target); err != nil {
-		return true, fmt.Errorf("finalizing claim %s: %w", target.Name, err)
+		return fmt.Errorf("finalizing claim %s: %w", target.Name, err)
 	}
 	patch := client.MergeFrom(target.DeepCopy())
 	controllerutil.RemoveFinalizer(target, name)
 	if err := r.Client.Patch(ctx, target, patch); err != nil {
-		return true, fmt.Errorf("removing finalizer %s from claim %s: %w", name, target.Name, err)
+		return fmt.Errorf("removing finalizer %s from claim %s: %w", name, target.Name, err)
 	}
-	return true, nil
+	return nil
 }
 
 func (r *Reconciler) event(obj client.Object, eventType, reason, action, note string) {
@@ -358,3 +408,8 @@ func (r *Reconciler) event(obj client.Object, eventType, reason, action, note st
 		r.Recorder.Eventf(obj, nil, eventType, reason, action, "%s", note)
 	}
 }
+
+// TargetRequests maps an object the flow made (a prime, a worker, or a
+// kind's object naming its target in TargetAnnotation) to its target's
+// request, for a kind's Watcher.
+func TargetRequests(obj client.Object) []ctrl.Request { return targetOf(obj) }

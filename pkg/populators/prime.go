@@ -3,6 +3,7 @@ package populators
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -26,12 +27,20 @@ func (p *PrimePhase) Name() string { return "prime" }
 func (p *PrimePhase) Reconcile(ctx context.Context, f *Flow) (Result, error) {
 	if f.Prime == nil {
 		prime := newPrimeIn(f.Target, f.Kind, f.PrimeKey.Namespace)
+		if f.PrimeKey.Name != "" {
+			prime.Name = f.PrimeKey.Name
+		}
 		if p.Prepare != nil {
 			if err := p.Prepare(f.Target, f.Source, prime); err != nil {
 				return Result{Reason: "InvalidSource", Message: err.Error(), Permanent: true}, nil
 			}
 		}
 		if err := f.Client.Create(ctx, prime); err != nil && !apierrors.IsAlreadyExists(err) {
+			if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
+				// A quota or a policy refused it: the user can fix that.
+				return Result{Reason: "ErrCreatingPrime", Event: corev1.EventTypeWarning, RetryAfter: 30 * time.Second,
+					Message: fmt.Sprintf("cannot create the temporary claim %s/%s: %v", prime.Namespace, prime.Name, err)}, nil
+			}
 			return Result{}, fmt.Errorf("creating prime %s: %w", prime.Name, err)
 		}
 		f.Prime = prime

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -40,7 +41,11 @@ func (p *RebindPhase) Reconcile(ctx context.Context, f *Flow) (Result, error) {
 			fmt.Sprintf("volume %s is claimed by neither this claim nor its prime %s; not rebinding", prime.Spec.VolumeName, prime.Name))
 		return Result{RetryAfter: 30 * time.Second}, nil
 	case RebindPatchClaimRef:
-		patch := client.MergeFrom(pv.DeepCopy())
+		// The patch carries the volume's resourceVersion: when another
+		// rebind (or the PV controller) changed it since it was read as the
+		// prime's, the patch fails and the next reconcile decides again, so a
+		// volume never moves to a claim it was not read for.
+		patch := client.MergeFromWithOptions(pv.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		pv.Spec.ClaimRef = &corev1.ObjectReference{
 			Kind: "PersistentVolumeClaim", APIVersion: "v1",
 			Namespace: target.Namespace, Name: target.Name, UID: target.UID, ResourceVersion: target.ResourceVersion,
@@ -50,6 +55,9 @@ func (p *RebindPhase) Reconcile(ctx context.Context, f *Flow) (Result, error) {
 		}
 		pv.Annotations[cdiv1.AnnPopulatedFor] = target.Name
 		if err := f.Client.Patch(ctx, pv, patch); err != nil {
+			if apierrors.IsConflict(err) {
+				return Result{RetryAfter: time.Second}, nil
+			}
 			return Result{}, fmt.Errorf("pointing volume %s at claim %s: %w", pv.Name, target.Name, err)
 		}
 		f.event(corev1.EventTypeNormal, "Rebind", "Rebind", fmt.Sprintf("volume %s filled; binding it to this claim", pv.Name))

@@ -38,14 +38,30 @@ type primeState struct {
 	RetryNotBefore time.Time
 	// CopiedEvents are the names of the events already shown on the target.
 	CopiedEvents []string
+	// key names the worker whose attempts these are (see workerKeys).
+	key string
 }
 
 // parsePrimeState reads the state from a prime's annotations; what is
 // missing or unreadable counts as zero.
-func parsePrimeState(ann map[string]string) primeState {
+func parsePrimeState(ann map[string]string) primeState { return parsePrimeStateFor(ann, "") }
+
+// workerKeys are the annotations of one worker's attempts: key "" is the
+// prime's one worker, another key one of several (annAttempts-key, …).
+func workerKeys(key string) (attempts, retryNotBefore string) {
+	if key == "" {
+		return annAttempts, annRetryNotBefore
+	}
+	return annAttempts + "-" + key, annRetryNotBefore + "-" + key
+}
+
+// parsePrimeStateFor is parsePrimeState with the attempts of worker key.
+func parsePrimeStateFor(ann map[string]string, key string) primeState {
 	var s primeState
-	s.Attempts, _ = strconv.Atoi(ann[annAttempts])
-	if t, err := time.Parse(time.RFC3339, ann[annRetryNotBefore]); err == nil {
+	s.key = key
+	attempts, notBefore := workerKeys(key)
+	s.Attempts, _ = strconv.Atoi(ann[attempts])
+	if t, err := time.Parse(time.RFC3339, ann[notBefore]); err == nil {
 		s.RetryNotBefore = t
 	}
 	if v := ann[annCopiedEvents]; v != "" {
@@ -57,14 +73,21 @@ func parsePrimeState(ann map[string]string) primeState {
 // annotations renders the state; a zero field is written as "" only when the
 // prime had it before (see savePrimeState), so a new prime stays clean.
 func (s primeState) annotations() map[string]string {
-	ann := map[string]string{annAttempts: "", annRetryNotBefore: "", annCopiedEvents: strings.Join(s.CopiedEvents, ",")}
+	attempts, notBefore := workerKeys(s.key)
+	ann := map[string]string{attempts: "", notBefore: "", annCopiedEvents: strings.Join(s.CopiedEvents, ",")}
 	if s.Attempts > 0 {
-		ann[annAttempts] = strconv.Itoa(s.Attempts)
+		ann[attempts] = strconv.Itoa(s.Attempts)
 	}
 	if !s.RetryNotBefore.IsZero() {
-		ann[annRetryNotBefore] = s.RetryNotBefore.UTC().Format(time.RFC3339)
+		ann[notBefore] = s.RetryNotBefore.UTC().Format(time.RFC3339)
 	}
 	return ann
+}
+
+// savePrimeStateFor writes s as worker key's state (see workerKeys).
+func savePrimeStateFor(ctx context.Context, c client.Client, prime client.Object, key string, s primeState) error {
+	s.key = key
+	return savePrimeState(ctx, c, prime, s)
 }
 
 // savePrimeState writes s to the prime in one patch, when anything changed.
@@ -114,4 +137,20 @@ func targetRef(targetNamespace, targetName, namespace string) string {
 		return targetName
 	}
 	return targetNamespace + "/" + targetName
+}
+
+// PatchAnnotations merges ann into obj's annotations in one merge patch, and
+// does nothing when none differs: the populators' one way to write
+// annotations, for kinds outside this package.
+func PatchAnnotations(ctx context.Context, c client.Client, obj client.Object, ann map[string]string) error {
+	return patchAnnotations(ctx, c, obj, ann)
+}
+
+// TargetAnnotation is the annotation that names the target claim on objects
+// in another namespace (see TargetRef), which the flow maps back to it.
+const TargetAnnotation = annTargetName
+
+// TargetRef is the TargetAnnotation value for an object in namespace.
+func TargetRef(targetNamespace, targetName, namespace string) string {
+	return targetRef(targetNamespace, targetName, namespace)
 }

@@ -128,7 +128,8 @@ func EnsureUploadPKI(ctx context.Context, c client.Client, r client.Reader, name
 }
 
 // ensureServing creates the upload pod's serving Secret and its Service.
-func (k *UploadKind) ensureServing(ctx context.Context, target, prime *corev1.PersistentVolumeClaim) error {
+func (p *UploadServing) ensureServing(ctx context.Context, target, prime *corev1.PersistentVolumeClaim) error {
+	k := p
 	name := UploadPodName(prime)
 	s := &corev1.Secret{}
 	err := k.reader().Get(ctx, types.NamespacedName{Namespace: prime.Namespace, Name: name}, s)

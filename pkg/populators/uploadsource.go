@@ -55,7 +55,11 @@ func (k *UploadKind) GetSource(ctx context.Context, key types.NamespacedName) (c
 
 // Plan implements Kind.
 func (k *UploadKind) Plan() []Phase {
-	return []Phase{&PrimePhase{Prepare: k.PreparePrime}, &uploadServingPhase{kind: k}, k.worker(), &RebindPhase{}}
+	return []Phase{&PrimePhase{Prepare: k.PreparePrime}, k.serving(), k.worker(), &RebindPhase{}}
+}
+
+func (k *UploadKind) serving() *UploadServing {
+	return &UploadServing{Client: k.Client, Reader: k.Reader, Namespace: k.Namespace}
 }
 
 // worker runs the upload server. One that stops (an async upload that could
@@ -63,12 +67,32 @@ func (k *UploadKind) Plan() []Phase {
 // answered with a 4xx leaves it up) is replaced at once, as often as it
 // stops: the user uploads again.
 func (k *UploadKind) worker() *WorkerPhase {
-	return &WorkerPhase{Client: k.Client, Worker: k, Image: k.Image, PullPolicy: k.PullPolicy, Retry: RetryPolicy{
+	return UploadServerPhase(&UploadServer{Client: k.Client, ScrapeProgress: k.ScrapeProgress}, k.Image, k.PullPolicy)
+}
+
+// UploadServerPhase runs server on the prime, replaced at once as often as
+// it stops.
+func UploadServerPhase(server *UploadServer, image string, pullPolicy corev1.PullPolicy) *WorkerPhase {
+	return &WorkerPhase{Client: server.Client, Worker: server, Image: image, PullPolicy: pullPolicy, Retry: RetryPolicy{
 		MaxRetries: -1,
 		RetryMessage: func(_ int, failure string, _ time.Duration) string {
 			return "the upload server stopped: " + failure + "; starting a new one"
 		},
 	}}
+}
+
+// UploadServer is the `kubefill uploadserver` worker on a prime: the upload
+// kind's, and a host-assisted clone's target side.
+type UploadServer struct {
+	Client client.Client
+	// ScrapeProgress reads the upload server's progress; nil uses HTTPS to
+	// the pod's upload port, where /metrics needs no client certificate.
+	ScrapeProgress func(ctx context.Context, pod *corev1.Pod, port int32) (float64, error)
+	// ClientName is the common name the server requires of its clients'
+	// certificates; nil is UploadProxyClientName (the upload proxy's).
+	ClientName func(f *Flow) string
+	// NoProgress leaves the progress to another worker (a clone's source pod).
+	NoProgress bool
 }
 
 // PreparePrime marks the prime as an upload target, as CDI does.
@@ -87,9 +111,28 @@ func (k *UploadKind) PreparePrime(_ *corev1.PersistentVolumeClaim, source client
 // PodName implements Worker.
 func (k *UploadKind) PodName(prime *corev1.PersistentVolumeClaim) string { return UploadPodName(prime) }
 
+// WorkerSpec implements Worker (see UploadServer).
+func (k *UploadKind) WorkerSpec(ctx context.Context, f *Flow, config *cdiv1.CDIConfig) (WorkerSpec, error) {
+	return (&UploadServer{Client: k.Client}).WorkerSpec(ctx, f, config)
+}
+
+// Observe implements Worker (see UploadServer).
+func (k *UploadKind) Observe(ctx context.Context, f *Flow, pod *corev1.Pod, res *Result) error {
+	return (&UploadServer{Client: k.Client, ScrapeProgress: k.ScrapeProgress}).Observe(ctx, f, pod, res)
+}
+
+// PodName implements Worker.
+func (u *UploadServer) PodName(prime *corev1.PersistentVolumeClaim) string {
+	return UploadPodName(prime)
+}
+
 // WorkerSpec implements Worker: the upload server's container, serving
 // mTLS with the certificate Secret the serving phase made.
-func (k *UploadKind) WorkerSpec(_ context.Context, f *Flow, config *cdiv1.CDIConfig) (WorkerSpec, error) {
+func (u *UploadServer) WorkerSpec(_ context.Context, f *Flow, config *cdiv1.CDIConfig) (WorkerSpec, error) {
+	clientName := UploadProxyClientName
+	if u.ClientName != nil {
+		clientName = u.ClientName(f)
+	}
 	prime := f.Prime
 	name := UploadPodName(prime)
 	size := prime.Spec.Resources.Requests[corev1.ResourceStorage]
@@ -103,7 +146,7 @@ func (k *UploadKind) WorkerSpec(_ context.Context, f *Flow, config *cdiv1.CDICon
 		"--tls-cert-file", tlsDir + "/" + corev1.TLSCertKey,
 		"--tls-key-file", tlsDir + "/" + corev1.TLSPrivateKeyKey,
 		"--client-ca-file", tlsDir + "/client-ca.crt",
-		"--client-name", UploadProxyClientName,
+		"--client-name", clientName,
 		"--content-type", contentType,
 		"--image-size", size.String(),
 		"--filesystem-overhead", FilesystemOverhead(config, ptr.Deref(prime.Spec.StorageClassName, "")),
@@ -132,13 +175,17 @@ func (k *UploadKind) WorkerSpec(_ context.Context, f *Flow, config *cdiv1.CDICon
 
 // Observe implements Worker: a ready server's progress, and its readiness
 // on the prime, where clients that follow storage.populator.pvcPrime read it.
-func (k *UploadKind) Observe(ctx context.Context, f *Flow, pod *corev1.Pod, res *Result) error {
+func (u *UploadServer) Observe(ctx context.Context, f *Flow, pod *corev1.Pod, res *Result) error {
 	switch {
+	case u.NoProgress:
+		if res.Pod.Phase == corev1.PodRunning {
+			res.RetryAfter = 5 * time.Second
+		}
 	case res.Reason == reasonRetrying:
 		// The new server has received nothing: the upload starts over.
 		res.Progress = FormatProgress(0, false)
 	case res.Pod.Phase == corev1.PodRunning && res.Pod.Ready:
-		scrape := k.ScrapeProgress
+		scrape := u.ScrapeProgress
 		if scrape == nil {
 			scrape = func(ctx context.Context, pod *corev1.Pod, port int32) (float64, error) {
 				return ScrapeProgress(ctx, pod, port, contract.ImportProgressMetric)
@@ -152,7 +199,7 @@ func (k *UploadKind) Observe(ctx context.Context, f *Flow, pod *corev1.Pod, res 
 	case res.Pod.Phase == corev1.PodRunning:
 		res.RetryAfter = 5 * time.Second
 	}
-	return patchAnnotations(ctx, k.Client, f.Prime, map[string]string{cdiv1.AnnPodReady: strconv.FormatBool(res.Pod.Ready)})
+	return patchAnnotations(ctx, u.Client, f.Prime, map[string]string{cdiv1.AnnPodReady: strconv.FormatBool(res.Pod.Ready)})
 }
 
 // How often a ready upload server's progress is read: often while data
@@ -179,55 +226,61 @@ func UploadProgress(pct float64, err error) (progress string, retryAfter time.Du
 	return FormatProgress(pct, false), uploadBusyPoll
 }
 
-// uploadServingPhase makes the upload pod's serving certificate Secret,
-// issued by the upload server CA for the pod's Service, and the Service the
-// upload proxy dials.
-type uploadServingPhase struct{ kind *UploadKind }
+// UploadServing makes the upload pod's serving certificate Secret, issued
+// by the upload server CA for the pod's Service, and the Service the upload
+// proxy (or a clone's source pod) dials.
+type UploadServing struct {
+	Client client.Client
+	// Reader reads Secrets without a cache; nil uses Client.
+	Reader client.Reader
+	// Namespace is the controller's install namespace, where the CAs live.
+	Namespace string
+}
 
-func (p *uploadServingPhase) Name() string { return "serving" }
+// Name implements Phase.
+func (p *UploadServing) Name() string { return "serving" }
 
 // Reconcile implements Phase: done once the Secret and the Service exist,
 // or once the upload pod does (it is made only after them).
-func (p *uploadServingPhase) Reconcile(ctx context.Context, f *Flow) (Result, error) {
-	k := p.kind
+func (p *UploadServing) Reconcile(ctx context.Context, f *Flow) (Result, error) {
 	if f.HandedOver() {
 		return Result{Done: true}, nil
 	}
 	name := UploadPodName(f.Prime)
-	err := k.Client.Get(ctx, types.NamespacedName{Namespace: f.Prime.Namespace, Name: name}, &corev1.Pod{})
+	err := p.Client.Get(ctx, types.NamespacedName{Namespace: f.Prime.Namespace, Name: name}, &corev1.Pod{})
 	if err == nil {
 		return Result{Done: true}, nil
 	}
 	if !apierrors.IsNotFound(err) {
 		return Result{}, fmt.Errorf("reading upload pod %s: %w", name, err)
 	}
-	if k.Namespace == "" {
+	if p.Namespace == "" {
 		// Without it there is nowhere to keep the upload CAs: tell the user.
 		return Result{Reason: "UploadNotConfigured", RetryAfter: time.Minute,
 			Message: "the Kubefill controller has no install namespace for the upload CAs; run it with POD_NAMESPACE set"}, nil
 	}
-	if err := k.ensureServing(ctx, f.Target, f.Prime); err != nil {
+	if err := p.ensureServing(ctx, f.Target, f.Prime); err != nil {
 		return Result{}, err
 	}
 	return Result{Done: true}, nil
 }
 
 // Cleanup implements Cleaner: the Service and the Secret go.
-func (p *uploadServingPhase) Cleanup(ctx context.Context, f *Flow, _ bool) error {
+func (p *UploadServing) Cleanup(ctx context.Context, f *Flow, _ bool) error {
 	name := UploadPodName(f.Prime)
 	for _, obj := range []client.Object{&corev1.Service{}, &corev1.Secret{}} {
 		obj.SetNamespace(f.Prime.Namespace)
 		obj.SetName(name)
-		if err := p.kind.Client.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
+		if err := p.Client.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("deleting %T %s: %w", obj, name, err)
 		}
 	}
 	return nil
 }
 
-func (k *UploadKind) reader() client.Reader {
-	if k.Reader != nil {
-		return k.Reader
+func (p *UploadServing) reader() client.Reader {
+	if p.Reader != nil {
+		return p.Reader
 	}
-	return k.Client
+	return p.Client
 }

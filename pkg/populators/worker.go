@@ -45,6 +45,22 @@ type WorkerSpec struct {
 	Volumes []corev1.Volume
 	// Labels are added to the pod's (a Service may select on them).
 	Labels map[string]string
+	// Data is the claim mounted as the data volume; nil mounts the prime,
+	// writable, at /data or /dev/cdi-block-volume.
+	Data *DataClaim
+	// NoScratch leaves out the scratch volume (a worker that only reads).
+	NoScratch bool
+}
+
+// DataClaim is a claim other than the prime that a worker mounts as its data
+// volume: a clone source pod reads the source claim.
+type DataClaim struct {
+	Name string
+	// Block mounts it as a device at contract.BlockPath, else as a
+	// filesystem at MountPath.
+	Block     bool
+	MountPath string
+	ReadOnly  bool
 }
 
 // reasonRetrying is a replaced worker's reason: it failed and a new one starts.
@@ -63,6 +79,9 @@ type WorkerPhase struct {
 	// Placement puts worker pods on nodes (CDI's workload placement).
 	Placement cdiv1.NodePlacement
 	Retry     RetryPolicy
+	// StateKey tells apart the attempts of several workers on one prime (a
+	// host-assisted clone's upload server and source pod); "" for the one worker.
+	StateKey string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -77,7 +96,7 @@ func (w *WorkerPhase) Reconcile(ctx context.Context, f *Flow) (Result, error) {
 		return Result{Done: true}, nil // the data has moved on; never start a worker again
 	}
 	prime := f.Prime
-	st := parsePrimeState(prime.Annotations)
+	st := parsePrimeStateFor(prime.Annotations, w.StateKey)
 	name := w.Worker.PodName(prime)
 	pod := &corev1.Pod{}
 	err := w.Client.Get(ctx, types.NamespacedName{Namespace: prime.Namespace, Name: name}, pod)
@@ -113,7 +132,7 @@ func (w *WorkerPhase) Reconcile(ctx context.Context, f *Flow) (Result, error) {
 	}
 	st.Attempts++
 	st.RetryNotBefore = time.Time{}
-	if err := savePrimeState(ctx, w.Client, prime, st); err != nil {
+	if err := savePrimeStateFor(ctx, w.Client, prime, w.StateKey, st); err != nil {
 		return Result{}, err
 	}
 	return Result{Pod: &PodStatus{Phase: corev1.PodPending, Restarts: int32(st.Attempts - 1)}, Reason: "Pending", RetryAfter: 5 * time.Second}, nil
@@ -130,7 +149,7 @@ func (w *WorkerPhase) observe(ctx context.Context, f *Flow, pod *corev1.Pod, st 
 		case retryWorker:
 			if d.Wait > 0 {
 				st.RetryNotBefore = w.now().Add(d.Wait)
-				if err := savePrimeState(ctx, w.Client, f.Prime, st); err != nil {
+				if err := savePrimeStateFor(ctx, w.Client, f.Prime, w.StateKey, st); err != nil {
 					return Result{}, err
 				}
 			}
@@ -173,20 +192,26 @@ func (w *WorkerPhase) render(f *Flow, name string, spec WorkerSpec, config *cdiv
 	if config.Status.DefaultPodResourceRequirements != nil {
 		c.Resources = *config.Status.DefaultPodResourceRequirements.DeepCopy()
 	}
+	data := DataClaim{Name: prime.Name, Block: ptr.Deref(prime.Spec.VolumeMode, "") == corev1.PersistentVolumeBlock, MountPath: contract.DataDir}
+	if spec.Data != nil {
+		data = *spec.Data
+	}
 	mounts := []corev1.VolumeMount{}
-	if ptr.Deref(prime.Spec.VolumeMode, "") == corev1.PersistentVolumeBlock {
+	if data.Block {
 		c.VolumeDevices = append([]corev1.VolumeDevice{{Name: contract.DataVolumeName, DevicePath: contract.BlockPath}}, c.VolumeDevices...)
 	} else {
-		mounts = append(mounts, corev1.VolumeMount{Name: contract.DataVolumeName, MountPath: contract.DataDir})
+		mounts = append(mounts, corev1.VolumeMount{Name: contract.DataVolumeName, MountPath: data.MountPath, ReadOnly: data.ReadOnly})
 	}
-	// Scratch for the formats converted from a local file (vmdk, vdi, vhd,
-	// vhdx, registry layers, an uploaded qcow2): bounded by the claim's size.
-	mounts = append(mounts, corev1.VolumeMount{Name: contract.ScratchVolumeName, MountPath: contract.ScratchDir})
+	volumes := []corev1.Volume{{Name: contract.DataVolumeName, VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: data.Name, ReadOnly: data.ReadOnly}}}}
+	if !spec.NoScratch {
+		// Scratch for the formats converted from a local file (vmdk, vdi, vhd,
+		// vhdx, registry layers, an uploaded qcow2): bounded by the claim's size.
+		mounts = append(mounts, corev1.VolumeMount{Name: contract.ScratchVolumeName, MountPath: contract.ScratchDir})
+		volumes = append(volumes, corev1.Volume{Name: contract.ScratchVolumeName, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &size}}})
+	}
 	c.VolumeMounts = append(mounts, c.VolumeMounts...)
-	volumes := append([]corev1.Volume{
-		{Name: contract.DataVolumeName, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: prime.Name}}},
-		{Name: contract.ScratchVolumeName, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &size}}},
-	}, spec.Volumes...)
+	volumes = append(volumes, spec.Volumes...)
 	labels := workerLabels(target, spec.Component)
 	for k, v := range spec.Labels {
 		labels[k] = v

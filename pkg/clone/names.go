@@ -1,0 +1,104 @@
+package clone
+
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+)
+
+// CDI's names of a clone's temporary objects, all in the source's namespace.
+
+// TmpClaimName is the clone's prime: tmp-pvc-<target UID>.
+func TmpClaimName(target types.UID) string { return "tmp-pvc-" + string(target) }
+
+// TmpSnapshotName is the VolumeSnapshot a snapshot clone of a claim takes.
+func TmpSnapshotName(target types.UID) string { return "tmp-snapshot-" + string(target) }
+
+// SourcePodName is the host-assisted clone's source pod (and its client
+// certificate Secret).
+func SourcePodName(target types.UID) string { return string(target) + "-source-pod" }
+
+// UploadClientName is the common name of the clone source pod's client
+// certificate, which the upload server of the clone requires:
+// <srcNs>/<srcName>-<uploadNs>/<uploadClaim>, CDI's value (the upload
+// target is the clone's prime, named after the target's UID, so the name
+// binds the stream to this one clone).
+func UploadClientName(sourceNamespace, sourceName, uploadNamespace, uploadClaim string) string {
+	return sourceNamespace + "/" + sourceName + "-" + uploadNamespace + "/" + uploadClaim
+}
+
+// UploadURL is where the source pod sends the stream: the upload pod's
+// Service in the prime's namespace.
+func UploadURL(service, namespace string) string {
+	return "https://" + service + "." + namespace + ".svc/v1beta1/upload"
+}
+
+// The clone source pod's environment, pkg/cloner's JobFromEnv (CDI's names;
+// the controller side does not import the worker packages, a test checks
+// that they agree).
+const (
+	envVolumeMode    = "VOLUME_MODE"
+	envMountPoint    = "MOUNT_POINT"
+	envUploadURL     = "UPLOAD_URL"
+	envOwnerUID      = "OWNER_UID"
+	envPreallocation = "PREALLOCATION"
+	envServerCACert  = "SERVER_CA_CERT"
+	envClientCert    = "CLIENT_CERT"
+	envClientKey     = "CLIENT_KEY"
+	// sourceMountPoint is where a Filesystem source is mounted read-only.
+	sourceMountPoint = "/var/run/cdi/clone/source"
+	// componentCloneSource is the clone source pod's component label.
+	componentCloneSource = "clone-source"
+	// labelExcludeFromBackup keeps temporary claims out of Velero backups.
+	labelExcludeFromBackup = "velero.io/exclude-from-backup"
+)
+
+// volumeModeEnv is VOLUME_MODE for a claim: "block" or "filesystem".
+func volumeModeEnv(pvc *corev1.PersistentVolumeClaim) string {
+	return strings.ToLower(string(volumeMode(pvc.Spec.VolumeMode)))
+}
+
+// PodUsingClaim names a pod of pods that mounts claim writable and stops a
+// clone of it, as "<ns>/<name>", or "" when none does. Finished pods,
+// read-only mounts and clone source pods do not count.
+func PodUsingClaim(pods []corev1.Pod, claim string) string {
+	for _, pod := range pods {
+		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed || pod.DeletionTimestamp != nil {
+			continue
+		}
+		if pod.Labels[cdiv1.LabelComponent] == componentCloneSource {
+			continue
+		}
+		for _, v := range pod.Spec.Volumes {
+			if pvc := v.PersistentVolumeClaim; pvc != nil && pvc.ClaimName == claim && !pvc.ReadOnly && !mountedReadOnly(pod, v.Name) {
+				return fmt.Sprintf("%s/%s", pod.Namespace, pod.Name)
+			}
+		}
+	}
+	return ""
+}
+
+// mountedReadOnly reports whether every container mounts volume read-only.
+func mountedReadOnly(pod corev1.Pod, volume string) bool {
+	mounted := false
+	for _, c := range append(append([]corev1.Container(nil), pod.Spec.InitContainers...), pod.Spec.Containers...) {
+		for _, m := range c.VolumeMounts {
+			if m.Name == volume {
+				mounted = true
+				if !m.ReadOnly {
+					return false
+				}
+			}
+		}
+		for _, d := range c.VolumeDevices {
+			if d.Name == volume {
+				return false // a device is always writable
+			}
+		}
+	}
+	return mounted
+}

@@ -1,0 +1,252 @@
+package clone
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+	"github.com/kubefill/kubefill/pkg/contract"
+	"github.com/kubefill/kubefill/pkg/populators"
+)
+
+// hostClonePhase is the host-assisted copy (CDI's HostClone): an upload
+// server on the prime, the upload kind's serving and worker, then a source
+// pod that reads the source claim read-only and streams it to that server
+// with a client certificate naming this clone. Done once the upload server
+// has written everything and succeeded.
+type hostClonePhase struct {
+	run     *run
+	serving *populators.UploadServing
+	upload  *populators.WorkerPhase
+	source  *populators.WorkerPhase
+}
+
+func newHostClonePhase(r *run) *hostClonePhase {
+	k := r.k
+	server := &populators.UploadServer{Client: k.Client, NoProgress: true, ClientName: func(f *populators.Flow) string {
+		return f.Prime.Annotations[cdiv1.AnnUploadClientName]
+	}}
+	upload := populators.UploadServerPhase(server, k.Image, k.PullPolicy)
+	upload.StateKey = "upload"
+	return &hostClonePhase{
+		run:     r,
+		serving: &populators.UploadServing{Client: k.Client, Reader: k.Reader, Namespace: k.Namespace},
+		upload:  upload,
+		source: &populators.WorkerPhase{Client: k.Client, Worker: &sourceWorker{run: r}, Image: k.Image, PullPolicy: k.PullPolicy,
+			StateKey: "source", Retry: populators.RetryPolicy{MaxRetries: 3, Backoff: 10 * time.Second}},
+	}
+}
+
+func (p *hostClonePhase) Name() string { return string(PhaseHostClone) }
+
+func (p *hostClonePhase) Reconcile(ctx context.Context, f *populators.Flow) (populators.Result, error) {
+	if !p.run.has(PhaseHostClone) || f.HandedOver() {
+		return populators.Result{Done: true}, nil
+	}
+	if f.Prime.Annotations[cdiv1.AnnUploadClientName] == "" {
+		return populators.Result{}, fmt.Errorf("prime %s/%s names no %s", f.Prime.Namespace, f.Prime.Name, cdiv1.AnnUploadClientName)
+	}
+	if res, err := p.serving.Reconcile(ctx, f); err != nil || !res.Done {
+		return res, err
+	}
+	up, err := p.upload.Reconcile(ctx, f)
+	if err != nil || up.Done {
+		return up, err
+	}
+	if up.Pod == nil || up.Pod.Phase != corev1.PodRunning || !up.Pod.Ready {
+		if up.Reason == "" {
+			up.Reason, up.Message = "Pending", "waiting for the clone's upload server to be ready"
+		}
+		return up, nil // the upload server is not listening yet
+	}
+	if res, err := p.run.sourceFree(ctx); err != nil || res != nil {
+		if res != nil {
+			res.Pod = up.Pod
+		}
+		return derefResult(res), err
+	}
+	src, err := p.source.Reconcile(ctx, f)
+	if err != nil {
+		return src, err
+	}
+	if src.Pod != nil && src.Pod.Phase == corev1.PodSucceeded {
+		// Everything was sent: the upload server finishes writing.
+		up.Progress = populators.FormatProgress(100, false)
+		return up, nil
+	}
+	src.Done = false
+	return src, nil
+}
+
+// Cleanup implements populators.Cleaner: the pods, the Service and the
+// Secrets go (the pods stay, detached, when retained).
+func (p *hostClonePhase) Cleanup(ctx context.Context, f *populators.Flow, retain bool) error {
+	if f.Prime.Annotations[cdiv1.AnnUploadClientName] == "" {
+		return nil // not a host-assisted prime
+	}
+	for _, c := range []populators.Cleaner{p.source, p.upload, p.serving} {
+		if err := c.Cleanup(ctx, f, retain); err != nil {
+			return err
+		}
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: f.Prime.Namespace, Name: SourcePodName(f.Target.UID)}}
+	return client.IgnoreNotFound(p.run.k.Client.Delete(ctx, secret))
+}
+
+func derefResult(r *populators.Result) populators.Result {
+	if r == nil {
+		return populators.Result{}
+	}
+	return *r
+}
+
+// sourceFree waits while the source claim is unbound or a pod has it
+// mounted writable (its data would change under the copy); nil once free.
+func (r *run) sourceFree(ctx context.Context) (*populators.Result, error) {
+	src := r.source
+	if src == nil {
+		return nil, nil
+	}
+	if src.Status.Phase != corev1.ClaimBound {
+		res := wait("CloneSourceNotReady", fmt.Sprintf("waiting for the source claim %s/%s to be bound (it is %s)", src.Namespace, src.Name, phaseOr(src.Status.Phase)), 5*time.Second)
+		return &res, nil
+	}
+	pods := &corev1.PodList{}
+	if err := r.k.Client.List(ctx, pods, client.InNamespace(src.Namespace)); err != nil {
+		return nil, fmt.Errorf("listing the pods of namespace %s: %w", src.Namespace, err)
+	}
+	if pod := PodUsingClaim(pods.Items, src.Name); pod != "" {
+		res := wait("CloneSourceInUse", fmt.Sprintf("pod %s using PersistentVolumeClaim %s; the clone waits until no pod mounts it writable (stop the pod, or its VM)", pod, src.Name), 5*time.Second)
+		return &res, nil
+	}
+	return nil, nil
+}
+
+func phaseOr(p corev1.PersistentVolumeClaimPhase) string {
+	if p == "" {
+		return "Pending"
+	}
+	return string(p)
+}
+
+// sourceWorker is the clone source pod: `kubefill cloner` reading the
+// source claim, mounted read-only.
+type sourceWorker struct{ run *run }
+
+// PodName implements populators.Worker: CDI's <target UID>-source-pod.
+func (w *sourceWorker) PodName(prime *corev1.PersistentVolumeClaim) string {
+	return SourcePodName(types.UID(prime.Labels[cdiv1.LabelOwnedByUID]))
+}
+
+// WorkerSpec implements populators.Worker: the cloner's container and
+// environment, its client certificate, and the source as its data volume.
+func (w *sourceWorker) WorkerSpec(ctx context.Context, f *populators.Flow, config *cdiv1.CDIConfig) (populators.WorkerSpec, error) {
+	src := w.run.source
+	if src == nil {
+		return populators.WorkerSpec{}, fmt.Errorf("the clone's source claim was not read")
+	}
+	name := w.PodName(f.Prime)
+	if err := w.ensureClientCert(ctx, f, name); err != nil {
+		return populators.WorkerSpec{}, err
+	}
+	block := volumeMode(src.Spec.VolumeMode) == corev1.PersistentVolumeBlock
+	mount := sourceMountPoint
+	if block {
+		mount = contract.BlockPath
+	}
+	prealloc := f.Prime.Annotations[cdiv1.AnnPreallocationRequested] == "true" || config.Status.Preallocation
+	fromSecret := func(env, key string) corev1.EnvVar {
+		return corev1.EnvVar{Name: env, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: name}, Key: key}}}
+	}
+	return populators.WorkerSpec{
+		Component: componentCloneSource,
+		Noun:      "clone source pod",
+		Container: corev1.Container{
+			Name:    "cdi-clone-source",
+			Command: []string{"kubefill", "cloner"},
+			Ports:   []corev1.ContainerPort{{Name: "metrics", ContainerPort: contract.MetricsPort, Protocol: corev1.ProtocolTCP}},
+			Env: []corev1.EnvVar{
+				{Name: envVolumeMode, Value: volumeModeEnv(src)},
+				{Name: envMountPoint, Value: mount},
+				{Name: envUploadURL, Value: UploadURL(cdiv1.UploadPodName(f.Prime.Name), f.Prime.Namespace)},
+				{Name: envOwnerUID, Value: string(f.Target.UID)},
+				{Name: envPreallocation, Value: strconv.FormatBool(prealloc)},
+				fromSecret(envServerCACert, "ca.crt"),
+				fromSecret(envClientCert, corev1.TLSCertKey),
+				fromSecret(envClientKey, corev1.TLSPrivateKeyKey),
+			},
+		},
+		Data:      &populators.DataClaim{Name: src.Name, Block: block, MountPath: sourceMountPoint, ReadOnly: true},
+		NoScratch: true,
+	}, nil
+}
+
+// ensureClientCert makes the source pod's client certificate Secret, named
+// after the pod: issued by the upload client CA with the prime's upload
+// client name as its common name, plus the upload server CA (ca.crt).
+func (w *sourceWorker) ensureClientCert(ctx context.Context, f *populators.Flow, name string) error {
+	k := w.run.k
+	reader := k.Reader
+	if reader == nil {
+		reader = k.Client
+	}
+	key := types.NamespacedName{Namespace: f.Prime.Namespace, Name: name}
+	if err := reader.Get(ctx, key, &corev1.Secret{}); err == nil {
+		return nil
+	} else if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("reading Secret %s: %w", key, err)
+	}
+	serverCA, clientCA, err := populators.EnsureUploadPKI(ctx, k.Client, reader, k.Namespace)
+	if err != nil {
+		return err
+	}
+	crt, pem, err := clientCA.Issue(f.Prime.Annotations[cdiv1.AnnUploadClientName], nil, true, 30*24*time.Hour)
+	if err != nil {
+		return err
+	}
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.Prime.Namespace, Labels: map[string]string{
+			cdiv1.LabelApp: cdiv1.LabelAppValue, cdiv1.LabelOwnedByUID: string(f.Target.UID), cdiv1.LabelAppManagedBy: "kubefill"},
+			Annotations: map[string]string{populators.TargetAnnotation: populators.TargetRef(f.Target.Namespace, f.Target.Name, f.Prime.Namespace)}},
+		Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{corev1.TLSCertKey: crt, corev1.TLSPrivateKeyKey: pem, "ca.crt": serverCA.CertPEM},
+	}
+	if f.Prime.Namespace == f.Target.Namespace {
+		s.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "PersistentVolumeClaim", Name: f.Target.Name, UID: f.Target.UID}}
+	}
+	if err := k.Client.Create(ctx, s); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating Secret %s: %w", key, err)
+	}
+	return nil
+}
+
+// Observe implements populators.Worker: a running source pod's progress,
+// the share of the source sent, never 100% before the target has it.
+func (w *sourceWorker) Observe(ctx context.Context, _ *populators.Flow, pod *corev1.Pod, res *populators.Result) error {
+	if res.Pod.Phase != corev1.PodRunning {
+		return nil
+	}
+	scrape := w.run.k.ScrapeProgress
+	if scrape == nil {
+		scrape = func(ctx context.Context, pod *corev1.Pod, port int32) (float64, error) {
+			return populators.ScrapeProgress(ctx, pod, port, contract.CloneProgressMetric)
+		}
+	}
+	if pct, err := scrape(ctx, pod, contract.MetricsPort); err == nil {
+		res.Progress = populators.FormatProgress(pct, false)
+	} else {
+		log.FromContext(ctx).V(1).Info("reading clone progress", "pod", pod.Name, "error", err.Error())
+	}
+	res.RetryAfter = 2 * time.Second
+	return nil
+}
