@@ -82,6 +82,13 @@ func (c *Cluster) startStorage(ctx context.Context) error {
 	); err != nil {
 		return err
 	}
+	// Volume expansion: the external-resizer's part, for claims whose
+	// request grows (a clone larger than its source, PrepClaim).
+	if _, err := c.run("csi-resizer", nil, c.opts.HelperBinary, "csi-resizer",
+		"--kubeconfig="+kc, "--driver="+DriverName, "--endpoint="+c.CSISocket(),
+	); err != nil {
+		return err
+	}
 	if _, err := c.run("csi-snapshotter", nil, filepath.Join(sidecars, "csi-snapshotter"),
 		csiAddr, "--kubeconfig="+kc, "--leader-election=false", "--timeout=60s",
 		"--retry-interval-start=500ms", "--retry-interval-max=5s", "--v=2",

@@ -93,15 +93,58 @@ func (d *Driver) Serve(ctx context.Context) error {
 	return nil
 }
 
+// logCalls logs one line per call: the method, for CreateVolume and
+// CreateSnapshot the object's name and source, and how long the call took
+// as "took=<nanoseconds>ns", which benchmarks subtract from their totals
+// (see ParseCallLog).
 func (d *Driver) logCalls(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	start := time.Now()
 	resp, err := handler(ctx, req)
+	took := time.Since(start)
+	what := ""
+	switch r := req.(type) {
+	case *csi.CreateVolumeRequest:
+		what = " name=" + r.GetName()
+		if s := r.GetVolumeContentSource(); s.GetSnapshot() != nil {
+			what += " from-snapshot=" + s.GetSnapshot().GetSnapshotId()
+		} else if s.GetVolume() != nil {
+			what += " from-volume=" + s.GetVolume().GetVolumeId()
+		}
+	case *csi.CreateSnapshotRequest:
+		what = " name=" + r.GetName() + " source=" + r.GetSourceVolumeId()
+	}
 	if err != nil {
-		d.cfg.Logf("%s (%s): %v", info.FullMethod, time.Since(start).Round(time.Microsecond), err)
+		d.cfg.Logf("%s%s (%s) took=%dns: %v", info.FullMethod, what, took.Round(time.Microsecond), took.Nanoseconds(), err)
 	} else {
-		d.cfg.Logf("%s (%s): ok", info.FullMethod, time.Since(start).Round(time.Microsecond))
+		d.cfg.Logf("%s%s (%s) took=%dns: ok", info.FullMethod, what, took.Round(time.Microsecond), took.Nanoseconds())
 	}
 	return resp, err
+}
+
+// DelayParameter, as a StorageClass parameter, makes CreateVolume of a
+// clone or a restore of that class wait this long (a Go duration) before it
+// copies; as a VolumeSnapshotClass parameter it does the same for
+// CreateSnapshot. Tests use it to act while a CSI clone or a snapshot is in
+// flight. Plain provisioning is never delayed.
+const DelayParameter = "kubefill.test/delay"
+
+// delay waits for the duration params[DelayParameter], outside the driver's
+// lock, so other calls go on meanwhile.
+func delay(ctx context.Context, params map[string]string) error {
+	v, ok := params[DelayParameter]
+	if !ok {
+		return nil
+	}
+	dur, err := time.ParseDuration(v)
+	if err != nil {
+		return status.Errorf(codes.InvalidArgument, "parameter %s=%q is not a duration: %v", DelayParameter, v, err)
+	}
+	select {
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	case <-time.After(dur):
+		return nil
+	}
 }
 
 // Identity service.
@@ -220,6 +263,12 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 			fromVol = src.GetVolume().GetVolumeId()
 		default:
 			return nil, status.Error(codes.InvalidArgument, "unknown volume content source")
+		}
+	}
+
+	if src != nil {
+		if err := delay(ctx, req.GetParameters()); err != nil {
+			return nil, err
 		}
 	}
 
@@ -400,6 +449,9 @@ func (d *Driver) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequ
 	}
 	if req.GetSourceVolumeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "source volume id is required")
+	}
+	if err := delay(ctx, req.GetParameters()); err != nil {
+		return nil, err
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -214,21 +213,15 @@ func copyData(src, dst string, block bool, size int64) error {
 	return nil
 }
 
+// copyFile copies a block volume's file keeping its holes, as real storage
+// shares unwritten extents, so that a snapshot or clone of a large, mostly
+// empty volume costs its data, not its size.
 func copyFile(src, dst string) error {
-	in, err := os.Open(src)
+	out, err := exec.Command("cp", "--sparse=always", src, dst).CombinedOutput()
 	if err != nil {
-		return err
+		return fmt.Errorf("cp --sparse=always %s %s: %v: %s", src, dst, err, strings.TrimSpace(string(out)))
 	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return fmt.Errorf("copy %s to %s: %w", src, dst, err)
-	}
-	return out.Close()
+	return nil
 }
 
 // dataSize is the bytes a directory's files hold, or a file's size.

@@ -5,6 +5,7 @@
 //	kubefill-dev down [--dir DIR]   remove everything `up` made
 //	kubefill-dev demo --kubeconfig  a PVC provisioned, bound, written and read by pods
 //	kubefill-dev csi-driver ...     the hostpath CSI driver
+//	kubefill-dev csi-resizer ...    volume expansion for it (external-resizer's part)
 //	kubefill-dev node-agent ...     the node agent (kubelet stand-in)
 //	kubefill-dev pod-init ...       (internal) a container's first process
 package main
@@ -18,7 +19,11 @@ import (
 	"os/signal"
 	"syscall"
 
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
 	"github.com/kubefill/kubefill/tests/csi/hostpath"
+	"github.com/kubefill/kubefill/tests/csi/resizer"
 )
 
 func main() {
@@ -37,6 +42,8 @@ func main() {
 		err = runDemo(args)
 	case "csi-driver":
 		err = runCSIDriver(args)
+	case "csi-resizer":
+		err = runCSIResizer(args)
 	case "node-agent":
 		err = runNodeAgent(args)
 	case "pod-init":
@@ -63,6 +70,7 @@ commands:
   down        stop the local cluster and remove its processes, mounts, network namespaces and veths
   demo        provision a PVC on the default class, write it from a pod, read it back from another
   csi-driver  serve the hostpath CSI driver
+  csi-resizer grow the driver's volumes when their claims ask for more
   node-agent  run the node agent
 `)
 }
@@ -87,4 +95,24 @@ func runCSIDriver(args []string) error {
 	defer cancel()
 	log.Printf("hostpath CSI driver %s serving on %s", *name, *endpoint)
 	return d.Serve(ctx)
+}
+
+func runCSIResizer(args []string) error {
+	fs := flag.NewFlagSet("csi-resizer", flag.ExitOnError)
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the cluster")
+	driver := fs.String("driver", "hostpath.csi.kubefill.test", "CSI driver name whose volumes to grow")
+	endpoint := fs.String("endpoint", "", "the driver's unix socket")
+	_ = fs.Parse(args)
+	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	if err != nil {
+		return err
+	}
+	kc, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := signalContext()
+	defer cancel()
+	log.Printf("csi-resizer for %s at %s", *driver, *endpoint)
+	return (&resizer.Resizer{Client: kc, Driver: *driver, Endpoint: *endpoint, Logf: log.Printf}).Run(ctx)
 }
