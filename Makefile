@@ -10,7 +10,7 @@ CONTROLLER_GEN := $(BIN)/controller-gen
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-dev)
 
 .PHONY: all build generate manifests verify-generated vet fmt test test-unit test-integration test-e2e \
-        bench-import bench-upload demo dev dev-down testbin clean help
+        bench-import bench-upload bench-clone demo dev dev-down testbin clean help
 
 all: build
 
@@ -67,6 +67,9 @@ demo: ## The main job: a local cluster imports a disk into a PVC through a DataV
 bench-upload: ## Upload throughput through the proxy as a ratio to a plain loopback TLS copy
 	bash hack/deps.sh
 	KUBEFILL_BENCH_UPLOAD=1 go test -count=1 -run TestThroughputRatio -v ./pkg/uploadproxy/
+
+bench-clone: ## Clone benchmarks on the local cluster: host-assisted vs cp --sparse=always, 2 vs 20 GiB virtual, snapshot and CSI clone at 1 and 8 GiB, peak RSS
+	bash hack/bench-clone.sh
 
 dev: ## Bring the local cluster up with Kubefill running and leave it up (make dev-down removes it)
 	bash hack/dev.sh

@@ -1,0 +1,288 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+	"github.com/kubefill/kubefill/tests/csi/hostpath"
+	"github.com/kubefill/kubefill/tests/kit"
+)
+
+// TestCloneBenchmark is `make bench-clone` (KUBEFILL_BENCH_CLONE=1): on the
+// local cluster, in one run,
+//
+//  1. a host-assisted clone of a Filesystem volume whose disk.img is 2 GiB
+//     virtual with 1 GiB of data (half random, half text), DataVolume
+//     created → Succeeded, against `cp --sparse=always` (then fsync) of the
+//     same disk.img on the same disk; then the same data in a 20 GiB-virtual
+//     disk.img, whose time should grow by less than 1.3×, since only data
+//     travels;
+//  2. snapshot and CSI clones of 1 GiB and 8 GiB volumes (half data):
+//     Kubefill's own time, the total minus what the CSI driver spent in its
+//     CreateSnapshot and CreateVolume calls (from its call log), should stay
+//     flat (within 1.3×);
+//  3. the cloner's and the upload server's peak RSS during the host-assisted
+//     clones (goal under 64 MiB each).
+//
+// It prints the figures and fails only when a clone fails or its bytes
+// differ; the ratios are for the reader.
+func TestCloneBenchmark(t *testing.T) {
+	if os.Getenv("KUBEFILL_BENCH_CLONE") == "" {
+		t.Skip("a benchmark: set KUBEFILL_BENCH_CLONE=1 (make bench-clone)")
+	}
+	s := startCloneStack(t)
+	copyClass := s.cloneClass(t, classOpts{strategy: cdiv1.CloneStrategyHostAssisted})
+	snapClass := s.cloneClass(t, classOpts{strategy: cdiv1.CloneStrategySnapshot})
+	csiClass := s.cloneClass(t, classOpts{strategy: cdiv1.CloneStrategyCsiClone})
+	srcNs, dstNs := s.namespace(t, "bench-src"), s.namespace(t, "bench-dst")
+	scratch := filepath.Join(cl.CSIDataDir(), "bench-"+randomSuffix())
+	if err := os.MkdirAll(scratch, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(scratch) })
+	var report []string
+	say := func(format string, args ...any) {
+		line := fmt.Sprintf(format, args...)
+		report = append(report, line)
+		t.Log(line)
+	}
+	defer func() {
+		fmt.Println("\n=== make bench-clone")
+		for _, l := range report {
+			fmt.Println("  " + l)
+		}
+	}()
+
+	// 1. Host-assisted: 2 GiB virtual, 1 GiB data; then 20 GiB virtual.
+	small := s.benchSource(t, srcNs, "golden-2g", copyClass, "2Gi")
+	script := "truncate -s 2G /data/disk.img && i=0; while [ $i -lt 32 ]; do " +
+		"if [ $((i % 2)) -eq 0 ]; then dd if=/dev/urandom of=/data/disk.img bs=1M count=32 seek=$((i*64)) iflag=fullblock conv=notrunc 2>/dev/null; " +
+		"else yes 'Kubefill streams virtual machine disk images into volumes, quickly and safely. 0123456789' | dd of=/data/disk.img bs=1M count=32 seek=$((i*64)) iflag=fullblock conv=notrunc 2>/dev/null; fi; " +
+		"i=$((i+1)); done && sync && du -B1 /data/disk.img | cut -f1 > /dev/termination-log"
+	used := strings.TrimSpace(runToCompletion(t, srcNs, podWithClaim("write-golden-2g", "golden-2g", false, script)))
+	say("host-assisted source: disk.img 2 GiB virtual, %s bytes allocated", used)
+	smallImg := filepath.Join(small, "disk.img")
+	big := s.benchSource(t, srcNs, "golden-20g", copyClass, "21Gi")
+	bigImg := filepath.Join(big, "disk.img")
+	hostRun(t, "cp", "--sparse=always", smallImg, bigImg)
+	hostRun(t, "truncate", "-s", "20G", bigImg)
+
+	var times [2]time.Duration
+	for i, c := range []struct {
+		name, size, img string
+	}{{"2g", "2Gi", smallImg}, {"20g", "21Gi", bigImg}} {
+		cpTime := timeCp(t, c.img, filepath.Join(scratch, "cp-"+c.name+".img"))
+		hostRun(t, "sync")
+		dv := kit.DataVolume(dstNs, "copy-"+c.name, pvcSource(srcNs, "golden-"+c.name), kit.WithPVC(cloneSpec(copyClass, c.size, false)))
+		mem := sampleRSS("cloner", "uploadserver")
+		took := s.timeClone(t, dv, srcNs)
+		peaks := mem()
+		times[i] = took
+		say("host-assisted clone, %s virtual, 1 GiB data: %s; cp --sparse=always + fsync of the same disk.img: %s; ratio cp/clone %.2f (goal ≥ 0.7)",
+			strings.ToUpper(c.name[:len(c.name)-1])+" GiB", took.Round(time.Millisecond), cpTime.Round(time.Millisecond), cpTime.Seconds()/took.Seconds())
+		say("  peak RSS: cloner %s, upload server %s (goal < 64 MiB each)", mib(peaks["cloner"]), mib(peaks["uploadserver"]))
+		if i == 0 {
+			got, want := hostSHA(t, filepath.Join(s.claimDir(t, dstNs, dv.Name), "disk.img")), hostSHA(t, c.img)
+			if got != want {
+				t.Errorf("the 2 GiB clone's disk.img has sha256 %s, the source %s", got, want)
+			}
+		}
+		_ = os.Remove(filepath.Join(scratch, "cp-"+c.name+".img"))
+	}
+	say("host-assisted: 20 GiB-virtual time / 2 GiB-virtual time = %.2f (goal < 1.3: only data travels)", times[1].Seconds()/times[0].Seconds())
+
+	// 2. Snapshot and CSI clone at 1 GiB and 8 GiB, half of each data.
+	for _, st := range []struct {
+		strategy cdiv1.CDICloneStrategy
+		class    string
+	}{{cdiv1.CloneStrategySnapshot, snapClass}, {cdiv1.CloneStrategyCsiClone, csiClass}} {
+		var own [2]time.Duration
+		for i, gib := range []int{1, 8} {
+			name := fmt.Sprintf("%s-%dg", st.strategy, gib)
+			dir := s.benchSource(t, srcNs, name, st.class, fmt.Sprintf("%dGi", gib))
+			img := filepath.Join(dir, "disk.img")
+			// Half data: the host-assisted source's 1 GiB-of-2 pattern, repeated.
+			for off := 0; off < gib; off += 2 {
+				hostRun(t, "dd", "if="+smallImg, "of="+img, "bs=1M", fmt.Sprintf("seek=%d", off<<10), "count="+fmt.Sprint(min(2, gib-off)<<10), "conv=sparse,notrunc", "status=none")
+			}
+			hostRun(t, "truncate", "-s", fmt.Sprintf("%dG", gib), img)
+			hostRun(t, "sync")
+			offset := logSize(t)
+			dv := kit.DataVolume(dstNs, name, pvcSource(srcNs, name), kit.WithPVC(cloneSpec(st.class, fmt.Sprintf("%dGi", gib), false)))
+			total := s.timeClone(t, dv, srcNs)
+			driver, calls := driverTime(t, offset)
+			own[i] = total - driver
+			say("%s clone, %d GiB (%d MiB data): total %s, CSI driver %s in %s, Kubefill's own %s",
+				st.strategy, gib, gib*512, total.Round(time.Millisecond), driver.Round(time.Millisecond), calls, own[i].Round(time.Millisecond))
+		}
+		say("%s: Kubefill's own time 8 GiB / 1 GiB = %.2f (goal within 1.3)", st.strategy, own[1].Seconds()/own[0].Seconds())
+	}
+	// The bytes: the 8 GiB snapshot clone against its source.
+	if got, want := hostSHA(t, filepath.Join(s.claimDir(t, dstNs, "snapshot-8g"), "disk.img")), hostSHA(t, filepath.Join(s.claimDir(t, srcNs, "snapshot-8g"), "disk.img")); got != want {
+		t.Errorf("the 8 GiB snapshot clone's disk.img has sha256 %s, the source %s", got, want)
+	}
+}
+
+// benchSource creates a Filesystem claim, waits until it is Bound and
+// returns the directory that holds its files on the host.
+func (s *cloneStack) benchSource(t *testing.T, ns, name, class, size string) string {
+	t.Helper()
+	createPVC(t, ns, pvcSpec(name, class, size, corev1.PersistentVolumeFilesystem))
+	waitPVCPhase(t, ns, name, corev1.ClaimBound, time.Minute)
+	return s.claimDir(t, ns, name)
+}
+
+// claimDir is where the hostpath driver keeps a Filesystem claim's files.
+func (s *cloneStack) claimDir(t *testing.T, ns, name string) string {
+	t.Helper()
+	pvc, err := cl.Client.CoreV1().PersistentVolumeClaims(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pv, err := cl.Client.CoreV1().PersistentVolumes().Get(context.Background(), pvc.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil || pv.Spec.CSI == nil {
+		t.Fatalf("PV of %s/%s: %v", ns, name, err)
+	}
+	return filepath.Join(cl.CSIDataDir(), "volumes", pv.Spec.CSI.VolumeHandle)
+}
+
+// timeClone creates a clone DataVolume and returns how long it took to be
+// Succeeded, polled every 50 ms.
+func (s *cloneStack) timeClone(t *testing.T, dv *cdiv1.DataVolume, srcNs string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	s.create(t, dv)
+	var took time.Duration
+	kit.Eventually(t, 15*time.Minute, 50*time.Millisecond, "clone "+dv.Namespace+"/"+dv.Name+" to succeed", func() (bool, string, error) {
+		got := &cdiv1.DataVolume{}
+		if err := s.c.Get(context.Background(), types.NamespacedName{Namespace: dv.Namespace, Name: dv.Name}, got); err != nil {
+			return false, "", err
+		}
+		took = time.Since(start)
+		return got.Status.Phase == cdiv1.Succeeded, fmt.Sprintf("%s %s", got.Status.Phase, got.Status.Progress), nil
+	})
+	return took
+}
+
+// timeCp times `cp --sparse=always src dst` and an fsync of dst.
+func timeCp(t *testing.T, src, dst string) time.Duration {
+	t.Helper()
+	_ = os.Remove(dst)
+	start := time.Now()
+	hostRun(t, "cp", "--sparse=always", src, dst)
+	hostRun(t, "sync", dst)
+	return time.Since(start)
+}
+
+func hostRun(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	var out bytes.Buffer
+	cmd := exec.Command(name, args...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out.String())
+	}
+	return out.String()
+}
+
+func hostSHA(t *testing.T, path string) string {
+	t.Helper()
+	f := strings.Fields(hostRun(t, "sha256sum", path))
+	if len(f) == 0 {
+		t.Fatalf("sha256sum %s printed nothing", path)
+	}
+	return f[0]
+}
+
+// sampleRSS samples the peak RSS of the named `kubefill <subcommand>`
+// processes every 50 ms until the returned function is called, which
+// returns the peaks (bytes, 0 if never seen).
+func sampleRSS(subcommands ...string) func() map[string]int64 {
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	peaks := map[string]int64{}
+	var mu sync.Mutex
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			for _, sc := range subcommands {
+				if v := processPeakRSS(findProcess(sc)); v > 0 {
+					mu.Lock()
+					peaks[sc] = max(peaks[sc], v)
+					mu.Unlock()
+				}
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	return func() map[string]int64 {
+		close(stop)
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		return peaks
+	}
+}
+
+func mib(b int64) string {
+	if b == 0 {
+		return "not seen"
+	}
+	return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
+}
+
+// logSize is the CSI driver's log's current length, where a measurement's
+// calls start.
+func logSize(t *testing.T) int64 {
+	t.Helper()
+	st, err := os.Stat(cl.Logs("csi-driver"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Size()
+}
+
+// driverTime sums the CreateSnapshot and CreateVolume calls the driver
+// logged after offset, and describes them.
+func driverTime(t *testing.T, offset int64) (time.Duration, string) {
+	t.Helper()
+	f, err := os.Open(cl.Logs("csi-driver"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Seek(offset, 0); err != nil {
+		t.Fatal(err)
+	}
+	calls, err := hostpath.ParseCallLog(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total time.Duration
+	n := map[string]int{}
+	for _, c := range calls {
+		if c.Method == "CreateSnapshot" || c.Method == "CreateVolume" {
+			total += c.Took
+			n[c.Method]++
+		}
+	}
+	return total, fmt.Sprintf("%d CreateSnapshot and %d CreateVolume calls", n["CreateSnapshot"], n["CreateVolume"])
+}
