@@ -137,7 +137,11 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, nil
 	case f.Prime != nil && f.Prime.DeletionTimestamp != nil:
-		return ctrl.Result{}, nil // finish already ran
+		// finish already ran (or the prime is going away)
+		if fin, ok := r.Kind.(Finalizer); ok && filled(target) {
+			return ctrl.Result{}, r.release(ctx, target, fin)
+		}
+		return ctrl.Result{}, nil
 	case f.Prime == nil:
 		ready, requeue, err := r.checkPrerequisites(ctx, target)
 		if err != nil || !ready {
@@ -354,6 +358,9 @@ func (r *Reconciler) finish(ctx context.Context, f *Flow, plan []Phase) error {
 		return fmt.Errorf("deleting prime %s: %w", prime.Name, err)
 	}
 	r.event(target, corev1.EventTypeNormal, "Populated", "Finish", "claim populated; temporary prime and workers removed")
+	if fin, ok := r.Kind.(Finalizer); ok {
+		return r.release(ctx, target, fin)
+	}
 	return nil
 }
 
