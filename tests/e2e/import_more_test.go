@@ -20,9 +20,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+	"github.com/kubefill/kubefill/pkg/contract"
 	"github.com/kubefill/kubefill/pkg/controller"
 	"github.com/kubefill/kubefill/pkg/datapath/testimg"
-	"github.com/kubefill/kubefill/pkg/importer"
 	"github.com/kubefill/kubefill/tests/cluster"
 	"github.com/kubefill/kubefill/tests/kit"
 )
@@ -486,7 +486,7 @@ func TestDeleteMidImportLeaksNothing(t *testing.T) {
 	switch {
 	case final == nil:
 		t.Log("the importer's final status was not seen before its pod went")
-	case final.ExitCode == 0 || strings.Contains(final.Message, importer.OutcomeSucceeded) || strings.Contains(final.Message, importer.MessageImportComplete):
+	case final.ExitCode == 0 || strings.Contains(final.Message, contract.OutcomeSucceeded) || strings.Contains(final.Message, contract.MessageImportComplete):
 		t.Errorf("the interrupted importer ended as a success: exit %d, %q", final.ExitCode, final.Message)
 	default:
 		t.Logf("the importer exited %d: %s", final.ExitCode, final.Message)

@@ -48,6 +48,7 @@ import (
 	uploadv1 "github.com/kubefill/kubefill-api/upload/v1beta1"
 	"github.com/kubefill/kubefill/pkg/apiserver"
 	"github.com/kubefill/kubefill/pkg/apiserver/admission"
+	"github.com/kubefill/kubefill/pkg/contract"
 	"github.com/kubefill/kubefill/pkg/controller"
 	"github.com/kubefill/kubefill/pkg/populators"
 	"github.com/kubefill/kubefill/pkg/token"
@@ -632,7 +633,7 @@ func runControllerRBAC(t *testing.T, negative bool) {
 		// The upload proxy finds the upload pod through the claim and its prime.
 		resolve := func(sa string, rec *forbiddenLog) (uploadproxy.Endpoint, error) {
 			kube := kubernetes.NewForConfigOrDie(impersonating(sa, rec))
-			r := &uploadproxy.KubeResolver{Client: kube, Locator: uploadproxy.PodIPLocator{Client: kube, Port: uploadproxy.UploadServerPort}, Wait: 5 * time.Second}
+			r := &uploadproxy.KubeResolver{Client: kube, Locator: uploadproxy.PodIPLocator{Client: kube, Port: contract.UploadServerPort}, Wait: 5 * time.Second}
 			return r.Resolve(ctx, ns, target.Name)
 		}
 		proxyRec := &forbiddenLog{}

@@ -174,7 +174,7 @@ func playUploadPopulator(t *testing.T, ctx context.Context, c client.Client, tar
 	mustCreate(t, c, primePVC)
 	patchAnnotations(t, c, target, map[string]string{cdiv1.AnnPVCPrimeName: prime})
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: target.Namespace, Name: uploadproxy.UploadPodName(prime)},
+		ObjectMeta: metav1.ObjectMeta{Namespace: target.Namespace, Name: cdiv1.UploadPodName(prime)},
 		Spec: corev1.PodSpec{
 			AutomountServiceAccountToken: ptrTo(false),
 			Containers:                   []corev1.Container{{Name: "server", Image: "kubefill/kubefill:dev", Args: []string{"uploadserver"}}},
