@@ -5,6 +5,8 @@ import (
 	"sync"
 
 	"github.com/klauspost/compress/s2"
+
+	"github.com/kubefill/kubefill/pkg/datapath/sink"
 )
 
 // Compression says which blocks of the stream are snappy-compressed. The
@@ -41,7 +43,7 @@ func autoEncoder(_, src []byte) int {
 	if len(src) <= probeLen {
 		return -1
 	}
-	if isZero(src) {
+	if sink.IsZero(src) {
 		return -1
 	}
 	mid := (len(src) / 2) &^ (probeLen - 1)

@@ -14,6 +14,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kubefill/kubefill/pkg/datapath/sink"
 )
 
 // region is data written into a test image.
@@ -131,7 +133,7 @@ func contentDigest(t testing.TB, path string) string {
 			}
 			for i := 0; i < n; i += zeroBlock {
 				b := buf[i:min(n, i+zeroBlock)]
-				if !isZero(b) {
+				if !sink.IsZero(b) {
 					binary.LittleEndian.PutUint64(hdr[:], uint64(off+int64(i)))
 					h.Write(hdr[:])
 					h.Write(b)

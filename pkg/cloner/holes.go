@@ -1,7 +1,6 @@
 package cloner
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -9,15 +8,15 @@ import (
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kubefill/kubefill/pkg/datapath/sink"
 )
 
 // zeroBlock is the granularity at which zeros become holes on the target.
 // CDI's upload server uses 32 KiB; 4 KiB (the page and file-system block
 // size) keeps the target's allocation as close to the source's, for the
 // same cost (the check is a memory compare).
-const zeroBlock = 4 << 10
-
-var zeros = make([]byte, 1<<20)
+const zeroBlock = sink.BlockSize
 
 // ErrTooBig is returned when the stream does not fit the destination.
 var ErrTooBig = errors.New("the clone source is larger than the destination")
@@ -61,21 +60,13 @@ func (w *holeWriter) Write(p []byte) (int, error) {
 	i := 0
 	for i < len(p) {
 		// Blocks are aligned on absolute offsets.
-		end := min(len(p), i+zeroBlock-int((w.off+int64(i))%zeroBlock))
-		if isZero(p[i:end]) {
+		j, zero := sink.NextRun(p, w.off, i)
+		if zero {
 			if w.zeroStart < 0 {
 				w.zeroStart = w.off + int64(i)
 			}
-			i = end
+			i = j
 			continue
-		}
-		j := end
-		for j < len(p) {
-			k := min(len(p), j+zeroBlock)
-			if isZero(p[j:k]) {
-				break
-			}
-			j = k
 		}
 		at := w.off + int64(i)
 		if err := w.flushZeros(at); err != nil {
@@ -132,12 +123,8 @@ func (w *holeWriter) flushZeros(end int64) error {
 		}
 		// Other errors (an unaligned tail, say): write zeros for this range.
 	}
-	for off := start; off < end; {
-		n := min(end-off, int64(len(zeros)))
-		if _, err := w.f.WriteAt(zeros[:n], off); err != nil {
-			return fmt.Errorf("zeroing %s at byte %d: %w", w.name, off, err)
-		}
-		off += n
+	if at, err := sink.WriteZeros(w.f, start, end-start); err != nil {
+		return fmt.Errorf("zeroing %s at byte %d: %w", w.name, at, err)
 	}
 	return nil
 }
@@ -158,17 +145,6 @@ func (w *holeWriter) finish() error {
 		}
 	}
 	return nil
-}
-
-func isZero(b []byte) bool {
-	for len(b) > 0 {
-		n := min(len(b), len(zeros))
-		if !bytes.Equal(b[:n], zeros[:n]) {
-			return false
-		}
-		b = b[n:]
-	}
-	return true
 }
 
 // copier copies an entry or a raw stream into a holeWriter. Reading
@@ -249,7 +225,7 @@ func (c *copier) copy(w *holeWriter, r io.Reader, size int64) (int64, error) {
 	var rerr error
 	for !p.failed.Load() {
 		b := <-p.free
-		n, err := fill(r, b)
+		n, err := sink.Fill(r, b)
 		if n > 0 {
 			p.work <- work{b: b[:n]}
 			total += int64(n)
@@ -306,7 +282,7 @@ func (c *copier) copyFragments(w *holeWriter, r io.Reader, frags []extent, size 
 func copySync(w *holeWriter, r io.Reader, buf []byte) (int64, error) {
 	var total int64
 	for {
-		n, err := fill(r, buf)
+		n, err := sink.Fill(r, buf)
 		if n > 0 {
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				return total, werr
@@ -320,17 +296,4 @@ func copySync(w *holeWriter, r io.Reader, buf []byte) (int64, error) {
 			return total, err
 		}
 	}
-}
-
-// fill reads until buf is full or r fails, passing r's error through.
-func fill(r io.Reader, buf []byte) (int, error) {
-	n := 0
-	for n < len(buf) {
-		m, err := r.Read(buf[n:])
-		n += m
-		if err != nil {
-			return n, err
-		}
-	}
-	return n, nil
 }

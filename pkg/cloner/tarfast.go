@@ -8,6 +8,8 @@ import (
 	"io"
 	"strconv"
 	"sync/atomic"
+
+	"github.com/kubefill/kubefill/pkg/datapath/sink"
 )
 
 // Go's archive/tar reads a sparse entry's holes back as zeros, so a
@@ -221,7 +223,7 @@ func (t *tailReader) next(tr *tar.Reader) (*tar.Header, error) {
 		return nil, fmt.Errorf("internal error: %d bytes of a sparse entry were not skipped", t.fake)
 	}
 	if err == io.EOF {
-		if t.real-before < int64(len(t.tail)) || !isZero(t.tail[:]) {
+		if t.real-before < int64(len(t.tail)) || !sink.IsZero(t.tail[:]) {
 			return nil, fmt.Errorf("%w: the tar archive ends without its end marker", ErrTruncated)
 		}
 		// GNU tar pads archives to 10 KiB records; anything else after the
@@ -229,7 +231,7 @@ func (t *tailReader) next(tr *tar.Reader) (*tar.Header, error) {
 		buf := make([]byte, 32<<10)
 		for left := 1 << 20; ; {
 			n, err := t.r.Read(buf[:min(len(buf), left)])
-			if !isZero(buf[:n]) {
+			if !sink.IsZero(buf[:n]) {
 				return nil, fmt.Errorf("%w: data follows the end of the tar archive", ErrTruncated)
 			}
 			if left -= n; err == io.EOF {

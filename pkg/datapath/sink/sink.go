@@ -5,7 +5,6 @@
 package sink
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -20,8 +19,6 @@ const BlockSize = 4096
 
 // ErrTooBig is returned when data would be written past the target's limit.
 var ErrTooBig = errors.New("image is larger than the target volume")
-
-var zeros = make([]byte, 1<<20)
 
 // Target is an open destination. WriteAt may be called concurrently.
 type Target struct {
@@ -184,41 +181,17 @@ func (t *Target) WriteAt(p []byte, off int64) (int, error) {
 		t.noteWritten(int64(n))
 		return n, err
 	}
-	i := 0
-	for i < len(p) {
-		// Block boundary relative to absolute offsets.
-		end := min(len(p), i+BlockSize-int((off+int64(i))%BlockSize))
-		if isZero(p[i:end]) {
-			i = end
-			continue
-		}
-		// Extend the run of non-zero blocks.
-		j := end
-		for j < len(p) {
-			k := min(len(p), j+BlockSize)
-			if isZero(p[j:k]) {
-				break
+	for i := 0; i < len(p); {
+		j, zero := NextRun(p, off, i)
+		if !zero {
+			if _, err := t.f.WriteAt(p[i:j], off+int64(i)); err != nil {
+				return i, fmt.Errorf("writing %s at %d: %w", t.path, off+int64(i), err)
 			}
-			j = k
+			t.noteWritten(int64(j - i))
 		}
-		if _, err := t.f.WriteAt(p[i:j], off+int64(i)); err != nil {
-			return i, fmt.Errorf("writing %s at %d: %w", t.path, off+int64(i), err)
-		}
-		t.noteWritten(int64(j - i))
 		i = j
 	}
 	return len(p), nil
-}
-
-func isZero(b []byte) bool {
-	for len(b) > 0 {
-		n := min(len(b), len(zeros))
-		if !bytes.Equal(b[:n], zeros[:n]) {
-			return false
-		}
-		b = b[n:]
-	}
-	return true
 }
 
 // Writer returns a sequential io.Writer that writes at increasing offsets
@@ -266,7 +239,7 @@ func (w *SeqWriter) ReadFrom(r io.Reader) (int64, error) {
 			case <-stop:
 				return
 			}
-			n, err := fill(r, buf)
+			n, err := Fill(r, buf)
 			full <- chunk{buf, n, err}
 			if err != nil {
 				return
@@ -292,21 +265,6 @@ func (w *SeqWriter) ReadFrom(r io.Reader) (int64, error) {
 		}
 	}
 	return total, werr
-}
-
-// fill reads into buf until it is full or r fails. Unlike io.ReadFull it
-// hands back r's own error untouched: io.EOF is the stream's end, while an
-// io.ErrUnexpectedEOF from r (a body cut short) is a failure, never an end.
-func fill(r io.Reader, buf []byte) (int, error) {
-	n := 0
-	for n < len(buf) {
-		m, err := r.Read(buf[n:])
-		n += m
-		if err != nil {
-			return n, err
-		}
-	}
-	return n, nil
 }
 
 // Resize sets a file's length to size (growing it sparsely). It refuses to
@@ -342,13 +300,8 @@ func (t *Target) Preallocate(size int64) error {
 // FillZeros writes explicit zeros over [off, off+n) (block preallocation
 // of a blank volume).
 func (t *Target) FillZeros(off, n int64) error {
-	for n > 0 {
-		k := min(n, int64(len(zeros)))
-		if _, err := t.f.WriteAt(zeros[:k], off); err != nil {
-			return fmt.Errorf("zero-filling %s at %d: %w", t.path, off, err)
-		}
-		off += k
-		n -= k
+	if at, err := WriteZeros(t.f, off, n); err != nil {
+		return fmt.Errorf("zero-filling %s at %d: %w", t.path, at, err)
 	}
 	return nil
 }
