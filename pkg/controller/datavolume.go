@@ -42,6 +42,19 @@ type DataVolumeReconciler struct {
 	ExtendedTokens token.Generator
 	// ExtendedTokenValidator validates extended clone tokens (issuer cdi-deployment).
 	ExtendedTokenValidator token.Validator
+	// Reader reads what a clone only looks at, DataSources, VolumeSnapshots
+	// and their contents, without a cache (and so without list and watch
+	// permissions on them); SetupWithManager makes it the manager's API
+	// reader when nil, and Client is used when it stays nil.
+	Reader client.Reader
+}
+
+// reader is Reader, or Client when there is none.
+func (r *DataVolumeReconciler) reader() client.Reader {
+	if r.Reader != nil {
+		return r.Reader
+	}
+	return r.Client
 }
 
 var volumeSnapshotGVK = snapshotv1.SchemeGroupVersion.WithKind("VolumeSnapshot")
@@ -55,6 +68,9 @@ func (r *DataVolumeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.PersistentVolumeClaim{})
 	for _, kind := range sourceKinds {
 		b = b.Owns(kind.newSource())
+	}
+	if r.Reader == nil {
+		r.Reader = mgr.GetAPIReader()
 	}
 	// A clone of a VolumeSnapshot reads it; the API may not be installed,
 	// which the clone reports when it reads it.

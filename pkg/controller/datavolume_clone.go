@@ -61,7 +61,7 @@ func (r *DataVolumeReconciler) resolveCloneSource(ctx context.Context, dv *cdiv1
 	name := ref.Name
 	for depth := 0; ; depth++ {
 		ds := &cdiv1.DataSource{}
-		if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, ds); err != nil {
+		if err := r.reader().Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, ds); err != nil {
 			if apierrors.IsNotFound(err) {
 				msg := fmt.Sprintf("DataSource %s/%s named by spec.sourceRef doesn't exist; the DataVolume waits until it is created", ns, name)
 				return nil, r.wait(dv, corev1.EventTypeWarning, reasonDataSourceMissing, msg, nil), nil
@@ -204,7 +204,7 @@ func (r *DataVolumeReconciler) cloneSize(ctx context.Context, dv *cdiv1.DataVolu
 		return size, ClaimView{}, true, nil
 	}
 	snap := &snapshotv1.VolumeSnapshot{}
-	if err := r.Client.Get(ctx, key, snap); err != nil {
+	if err := r.reader().Get(ctx, key, snap); err != nil {
 		switch {
 		case apierrors.IsNotFound(err):
 			return size, missing(), false, nil
@@ -230,7 +230,7 @@ func (r *DataVolumeReconciler) cloneSize(ctx context.Context, dv *cdiv1.DataVolu
 	}
 	if st := snap.Status; st != nil && st.BoundVolumeSnapshotContentName != nil {
 		content := &snapshotv1.VolumeSnapshotContent{}
-		if err := r.Client.Get(ctx, types.NamespacedName{Name: *st.BoundVolumeSnapshotContentName}, content); err == nil && content.Spec.SourceVolumeMode != nil {
+		if err := r.reader().Get(ctx, types.NamespacedName{Name: *st.BoundVolumeSnapshotContentName}, content); err == nil && content.Spec.SourceVolumeMode != nil {
 			size.Mode = content.Spec.SourceVolumeMode
 		}
 	}

@@ -58,8 +58,10 @@ func (k cloneKeys) extendedValidator() token.Validator {
 }
 
 // startCloneDataVolumeController runs the DataVolume controller, with the
-// test's keys, and the StorageProfile controller, until the test ends.
-func startCloneDataVolumeController(t *testing.T, k cloneKeys) {
+// test's keys, and the StorageProfile controller, until the test ends. The
+// DataVolumes left in namespaces are deleted first, while the controller
+// still runs to release their finalizers.
+func startCloneDataVolumeController(t *testing.T, k cloneKeys, namespaces ...string) {
 	t.Helper()
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 controller.NewScheme(),
@@ -86,6 +88,23 @@ func startCloneDataVolumeController(t *testing.T, k cloneKeys) {
 		t.Fatal(err)
 	}
 	startUntilCleanup(t, mgr)
+	t.Cleanup(func() {
+		ctx := context.Background()
+		for _, ns := range namespaces {
+			if err := k8sClient.DeleteAllOf(ctx, &cdiv1.DataVolume{}, client.InNamespace(ns)); err != nil {
+				t.Errorf("deleting the DataVolumes of %s: %v", ns, err)
+			}
+		}
+		kit.Until(t, 30*time.Second, "the test's DataVolumes to go", func() bool {
+			for _, ns := range namespaces {
+				list := &cdiv1.DataVolumeList{}
+				if err := k8sClient.List(ctx, list, client.InNamespace(ns)); err != nil || len(list.Items) > 0 {
+					return false
+				}
+			}
+			return true
+		})
+	})
 }
 
 // boundSource creates a claim to clone from, reported Bound with capacity.
@@ -156,7 +175,7 @@ func TestCloneDataVolumeRendersSourceAndClaim(t *testing.T) {
 	csiClass(t, class, "hostpath.csi.kubefill.test", storagev1.VolumeBindingImmediate, rwoFilesystem)
 	boundSource(t, src, "golden", class, "2Gi")
 	k := newCloneKeys(t)
-	startCloneDataVolumeController(t, k)
+	startCloneDataVolumeController(t, k, src, tgt)
 
 	// Same namespace: no token, the VolumeCloneSource owned by the DataVolume, a sizeless claim of the source's capacity.
 	same := cloneDataVolume(src, "same", class, pvcSource(src, "golden"), nil, nil)
@@ -259,7 +278,7 @@ func TestCloneDataVolumeOutlivesItsShortToken(t *testing.T) {
 	class := src + "-csi"
 	csiClass(t, class, "hostpath.csi.kubefill.test", storagev1.VolumeBindingImmediate, rwoFilesystem)
 	k := newCloneKeys(t)
-	startCloneDataVolumeController(t, k)
+	startCloneDataVolumeController(t, k, src, tgt)
 
 	short := k.short(t, src, "later", tgt, "early", 3*time.Second)
 	dv := cloneDataVolume(tgt, "early", class, pvcSource(src, "later"), nil, map[string]string{cdiv1.AnnCloneToken: short})
@@ -309,7 +328,7 @@ func TestCloneDataVolumeFromDataSource(t *testing.T) {
 	csiClass(t, class, "hostpath.csi.kubefill.test", storagev1.VolumeBindingImmediate, rwoFilesystem)
 	boundSource(t, src, "golden", class, "3Gi")
 	k := newCloneKeys(t)
-	startCloneDataVolumeController(t, k)
+	startCloneDataVolumeController(t, k, src, tgt)
 
 	// The DataSource does not exist yet.
 	ref := &cdiv1.DataVolumeSourceRef{Kind: cdiv1.DataVolumeDataSource, Namespace: &src, Name: "fedora"}
