@@ -125,7 +125,7 @@ func (w *WorkerPhase) Reconcile(ctx context.Context, f *Flow) (Result, error) {
 	if err := w.Client.Create(ctx, pod); err != nil && !apierrors.IsAlreadyExists(err) {
 		if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
 			// The user can fix these (quota, priority class, policy): tell them.
-			return Result{Pod: &PodStatus{Restarts: restarts}, Reason: "ErrStartingPod",
+			return Result{Pod: &PodStatus{Restarts: restarts}, Reason: "ErrStartingPod", Event: corev1.EventTypeWarning,
 				Message: "cannot start the " + spec.Noun + ": " + err.Error(), RetryAfter: 30 * time.Second}, nil
 		}
 		return Result{}, fmt.Errorf("creating %s: %w", spec.Noun, err)

@@ -7,14 +7,17 @@ import (
 	"testing"
 	"time"
 
+	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v6/apis/volumesnapshot/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 	"github.com/kubefill/kubefill/pkg/clone"
@@ -351,4 +354,126 @@ func TestCloneCrossNamespaceToken(t *testing.T) {
 	if err := k8sClient.Get(ctx, types.NamespacedName{Namespace: nsSrc, Name: "golden"}, src); err != nil || src.DeletionTimestamp != nil {
 		t.Errorf("the source claim: %v (deleting %v)", err, src.DeletionTimestamp)
 	}
+}
+
+// TestCloneBySnapshot, on a control plane of its own that serves the
+// snapshot CRDs: a class whose StorageProfile asks for snapshot clones and
+// whose driver has a VolumeSnapshotClass clones by snapshot. The source is
+// snapshotted (tmp-snapshot-<uid>), the claim waits, saying so, until the
+// snapshot is ready, tmp-pvc-<uid> is restored from it at its restore size
+// and expanded to the target's larger size, and its volume moves to the
+// claim; the snapshot goes.
+func TestCloneBySnapshot(t *testing.T) {
+	ctx := context.Background()
+	env := ownEnvironment(t)
+	envCfg, envClient := startOwnControlPlane(t, env, "control plane with the snapshot CRDs")
+	if _, err := envtest.InstallCRDs(envCfg, envtest.CRDInstallOptions{Paths: snapshotCRDPaths(t), ErrorIfPathMissing: true}); err != nil {
+		t.Fatalf("installing the snapshot CRDs: %v", err)
+	}
+	useControlPlane(t, envCfg, envClient)
+	sc := snapshotClient(t)
+
+	ns, installNS := newNamespace(t), newNamespace(t)
+	className := ns + "-csi"
+	mode := storagev1.VolumeBindingImmediate
+	mustCreate(t, k8sClient, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: className}, Provisioner: cloneDriver,
+		VolumeBindingMode: &mode, AllowVolumeExpansion: ptr.To(true)})
+	mustCreate(t, k8sClient, &cdiv1.StorageProfile{ObjectMeta: metav1.ObjectMeta{Name: className}, Spec: cdiv1.StorageProfileSpec{
+		ClaimPropertySets: []cdiv1.ClaimPropertySet{rwoFilesystem}, CloneStrategy: ptr.To(cdiv1.CloneStrategySnapshot)}})
+	mustCreate(t, sc, &snapshotv1.VolumeSnapshotClass{ObjectMeta: metav1.ObjectMeta{Name: ns + "-snap"}, Driver: cloneDriver,
+		DeletionPolicy: snapshotv1.VolumeSnapshotContentDelete})
+	runManager(t, controller.ManagerOptions{MetricsBindAddress: "0", HealthProbeBindAddress: "0",
+		WorkerImage: "kubefill/kubefill:test", InstallNamespace: installNS})
+	waitProfile(t, className, "asks for snapshot clones", strategyIs(cdiv1.CloneStrategySnapshot))
+	src := cloneSourceClaim(t, ns, className)
+
+	target := kit.PVC(ns, "disk", "2Gi", kit.Class(className), kit.SourceRef(cdiv1.VolumeCloneSourceRef, "vcs"))
+	mustCreate(t, k8sClient, target)
+	snap := &snapshotv1.VolumeSnapshot{}
+	snapKey := types.NamespacedName{Namespace: ns, Name: clone.TmpSnapshotName(target.UID)}
+	kit.Until(t, 30*time.Second, "the temporary snapshot of the source", func() bool {
+		return sc.Get(ctx, snapKey, snap) == nil
+	})
+	if ptr.Deref(snap.Spec.Source.PersistentVolumeClaimName, "") != src.Name || ptr.Deref(snap.Spec.VolumeSnapshotClassName, "") != ns+"-snap" ||
+		snap.Labels[cdiv1.LabelOwnedByUID] != string(target.UID) {
+		t.Errorf("snapshot spec %+v labels %v", snap.Spec, snap.Labels)
+	}
+	_ = k8sClient.Get(ctx, client.ObjectKeyFromObject(target), target)
+	if target.Annotations[cdiv1.AnnCloneType] != "snapshot" || target.Annotations[cdiv1.AnnCloneFallbackReason] != "" {
+		t.Errorf("target annotations %v: want cloneType snapshot and no fallback", target.Annotations)
+	}
+	if !eventReasons(t, ns, target.UID)[clone.EventVolumeSnapshotClassSelected] {
+		t.Error("no VolumeSnapshotClassSelected event")
+	}
+
+	// The snapshotter takes it; it is not ready yet: the claim says so.
+	now := metav1.Now()
+	snap.Status = &snapshotv1.VolumeSnapshotStatus{CreationTime: &now, ReadyToUse: ptr.To(false)}
+	if err := sc.Status().Update(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	kit.Until(t, 30*time.Second, "the claim waiting for the snapshot to be ready", func() bool {
+		_ = k8sClient.Get(ctx, client.ObjectKeyFromObject(target), target)
+		return target.Annotations[cdiv1.AnnClonePhase] == "SnapshotClone" &&
+			target.Annotations[cdiv1.AnnRunningConditionMessage] == "waiting for snapshot "+snapKey.String()+" to be ready"
+	})
+	_ = sc.Get(ctx, snapKey, snap)
+	snap.Status.ReadyToUse, snap.Status.RestoreSize = ptr.To(true), ptr.To(resource.MustParse("1Gi"))
+	if err := sc.Status().Update(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	prime := &corev1.PersistentVolumeClaim{}
+	primeKey := types.NamespacedName{Namespace: ns, Name: clone.TmpClaimName(target.UID)}
+	kit.Until(t, 30*time.Second, "the prime restored from the snapshot", func() bool {
+		return k8sClient.Get(ctx, primeKey, prime) == nil
+	})
+	if ds := prime.Spec.DataSourceRef; ds == nil || ds.Kind != "VolumeSnapshot" || ds.Name != snapKey.Name {
+		t.Errorf("prime dataSourceRef %+v, want the snapshot", ds)
+	}
+	if got := prime.Spec.Resources.Requests[corev1.ResourceStorage]; got.String() != "1Gi" {
+		t.Errorf("prime request %s, want the restore size 1Gi", got.String())
+	}
+
+	// Restored at 1Gi: PrepClaim raises the request to the target's 2Gi.
+	pv := fakeBind(t, prime)
+	kit.Until(t, 30*time.Second, "the prime's request raised to 2Gi", func() bool {
+		_ = k8sClient.Get(ctx, primeKey, prime)
+		req := prime.Spec.Resources.Requests[corev1.ResourceStorage]
+		return req.String() == "2Gi"
+	})
+	_ = k8sClient.Get(ctx, client.ObjectKeyFromObject(target), target)
+	if p := target.Annotations[cdiv1.AnnClonePhase]; p != "PrepClaim" {
+		t.Errorf("clonePhase %q while expanding, want PrepClaim", p)
+	}
+	pv.Spec.Capacity = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("2Gi")}
+	if err := k8sClient.Update(ctx, pv); err != nil {
+		t.Fatal(err)
+	}
+	prime.Status.Capacity = pv.Spec.Capacity
+	if err := k8sClient.Status().Update(ctx, prime); err != nil {
+		t.Fatal(err)
+	}
+	kit.Until(t, 30*time.Second, "the volume pointed at the claim", func() bool {
+		_ = k8sClient.Get(ctx, types.NamespacedName{Name: pv.Name}, pv)
+		return pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.UID == target.UID
+	})
+	_ = k8sClient.Get(ctx, client.ObjectKeyFromObject(target), target)
+	target.Spec.VolumeName = pv.Name
+	if err := k8sClient.Update(ctx, target); err != nil {
+		t.Fatal(err)
+	}
+	target.Status.Phase, target.Status.Capacity = corev1.ClaimBound, pv.Spec.Capacity
+	if err := k8sClient.Status().Update(ctx, target); err != nil {
+		t.Fatal(err)
+	}
+	kit.Until(t, 30*time.Second, "the clone to finish, the snapshot and the finalizer gone", func() bool {
+		_ = k8sClient.Get(ctx, client.ObjectKeyFromObject(target), target)
+		return target.Annotations[cdiv1.AnnClonePhase] == "Succeeded" && !controllerutil.ContainsFinalizer(target, cdiv1.FinalizerClonePopulator) &&
+			gone(ctx, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: primeKey.Name}}) &&
+			func() bool {
+				s := &snapshotv1.VolumeSnapshot{}
+				err := sc.Get(ctx, snapKey, s)
+				return err != nil || s.DeletionTimestamp != nil
+			}()
+	})
 }

@@ -1,0 +1,149 @@
+package clone
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+	"github.com/kubefill/kubefill/pkg/cloner"
+	"github.com/kubefill/kubefill/pkg/populators"
+	"github.com/kubefill/kubefill/pkg/token"
+)
+
+// The source pod's environment is pkg/cloner's, which the controller side
+// does not import.
+func TestSourcePodEnvironmentIsTheCloners(t *testing.T) {
+	for ours, theirs := range map[string]string{
+		envVolumeMode: cloner.EnvVolumeMode, envMountPoint: cloner.EnvMountPoint, envUploadURL: cloner.EnvUploadURL,
+		envOwnerUID: cloner.EnvOwnerUID, envPreallocation: cloner.EnvPreallocation, envServerCACert: cloner.EnvServerCACert,
+		envClientCert: cloner.EnvClientCert, envClientKey: cloner.EnvClientKey, sourceMountPoint: cloner.SourceMountPoint,
+	} {
+		if ours != theirs {
+			t.Errorf("%q here, %q in pkg/cloner", ours, theirs)
+		}
+	}
+	for _, mode := range []*corev1.PersistentVolumeMode{nil, ptr.To(corev1.PersistentVolumeFilesystem), ptr.To(corev1.PersistentVolumeBlock)} {
+		v := volumeModeEnv(&corev1.PersistentVolumeClaim{Spec: corev1.PersistentVolumeClaimSpec{VolumeMode: mode}})
+		if _, err := cloner.ParseMode(v); err != nil {
+			t.Errorf("VOLUME_MODE %q: %v", v, err)
+		}
+	}
+}
+
+func TestNames(t *testing.T) {
+	if got := TmpClaimName("u1"); got != "tmp-pvc-u1" {
+		t.Error(got)
+	}
+	if got := TmpSnapshotName("u1"); got != "tmp-snapshot-u1" {
+		t.Error(got)
+	}
+	if got := SourcePodName("u1"); got != "u1-source-pod" {
+		t.Error(got)
+	}
+	if got := UploadClientName("golden", "src", "golden", "tmp-pvc-u1"); got != "golden/src-golden/tmp-pvc-u1" {
+		t.Error(got)
+	}
+	if got := UploadURL("cdi-upload-tmp-pvc-u1", "golden"); got != "https://cdi-upload-tmp-pvc-u1.golden.svc/v1beta1/upload" {
+		t.Error(got)
+	}
+}
+
+func pod(name string, phase corev1.PodPhase, labels map[string]string, claim string, readOnlyVolume, readOnlyMount bool) corev1.Pod {
+	return corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "golden", Name: name, Labels: labels},
+		Spec: corev1.PodSpec{
+			Volumes: []corev1.Volume{{Name: "d", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim, ReadOnly: readOnlyVolume}}}},
+			Containers: []corev1.Container{{Name: "c", VolumeMounts: []corev1.VolumeMount{{Name: "d", MountPath: "/d", ReadOnly: readOnlyMount}}}},
+		},
+		Status: corev1.PodStatus{Phase: phase},
+	}
+}
+
+func TestPodUsingClaim(t *testing.T) {
+	ours := map[string]string{cdiv1.LabelComponent: componentCloneSource}
+	cases := []struct {
+		name string
+		pods []corev1.Pod
+		want string
+	}{
+		{"no pods", nil, ""},
+		{"a VM writing it", []corev1.Pod{pod("vm", corev1.PodRunning, nil, "src", false, false)}, "golden/vm"},
+		{"another claim", []corev1.Pod{pod("vm", corev1.PodRunning, nil, "other", false, false)}, ""},
+		{"read-only volume", []corev1.Pod{pod("reader", corev1.PodRunning, nil, "src", true, false)}, ""},
+		{"read-only mounts", []corev1.Pod{pod("reader", corev1.PodRunning, nil, "src", false, true)}, ""},
+		{"finished", []corev1.Pod{pod("job", corev1.PodSucceeded, nil, "src", false, false), pod("crash", corev1.PodFailed, nil, "src", false, false)}, ""},
+		{"our clone source pod", []corev1.Pod{pod("u-source-pod", corev1.PodRunning, ours, "src", false, false)}, ""},
+		{"pending pods count", []corev1.Pod{pod("ok", corev1.PodRunning, nil, "src", true, true), pod("vm", corev1.PodPending, nil, "src", false, false)}, "golden/vm"},
+	}
+	for _, c := range cases {
+		if got := PodUsingClaim(c.pods, "src"); got != c.want {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
+func TestTokenMismatch(t *testing.T) {
+	target := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: "disk", UID: "u-1",
+		Annotations: map[string]string{cdiv1.AnnDataSourceNamespace: "golden"}},
+		Spec: corev1.PersistentVolumeClaimSpec{DataSourceRef: &corev1.TypedObjectReference{APIGroup: ptr.To(cdiv1.GroupName), Kind: cdiv1.VolumeCloneSourceRef, Name: "vcs"}}}
+	pvc := &corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: "src"}
+	snap := &corev1.TypedLocalObjectReference{APIGroup: ptr.To("snapshot.storage.k8s.io"), Kind: "VolumeSnapshot", Name: "src"}
+	good := func() *token.Payload { return token.NewClonePayload(token.ResourcePVC, "golden", "src", "vms", "disk") }
+	with := func(edit func(p *token.Payload)) *token.Payload { p := good(); edit(p); return p }
+	cases := []struct {
+		name   string
+		p      *token.Payload
+		source *corev1.TypedLocalObjectReference
+		want   string
+	}{
+		{"valid, before the source is read", good(), nil, ""},
+		{"valid for the source", good(), pvc, ""},
+		{"bound to this claim", with(func(p *token.Payload) { p.Params[token.ParamUID] = "u-1" }), pvc, ""},
+		{"bound to another claim", with(func(p *token.Payload) { p.Params[token.ParamUID] = "u-2" }), nil, "issued for another target (UID u-2"},
+		{"another target name", with(func(p *token.Payload) { p.Params[token.ParamTargetName] = "other" }), nil, "issued for another target (vms/other)"},
+		{"another target namespace", with(func(p *token.Payload) { p.Params[token.ParamTargetNamespace] = "x" }), nil, "issued for another target (x/disk)"},
+		{"another source namespace", with(func(p *token.Payload) { p.Namespace = "elsewhere" }), nil, `from namespace "elsewhere"`},
+		{"an upload token", with(func(p *token.Payload) { p.Operation = token.OperationUpload }), nil, `allows "Upload"`},
+		{"another source", with(func(p *token.Payload) { p.Name = "secret-disk" }), pvc, "issued for another source"},
+		{"a claim's token for a snapshot", good(), snap, "issued for another source"},
+	}
+	for _, c := range cases {
+		got := tokenMismatch(c.p, target, c.source, "clone token", func(f string, a ...any) string { return "refused: " + fmtS(f, a...) })
+		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
+func TestPhaseAnnotations(t *testing.T) {
+	k := &Kind{}
+	target := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{cdiv1.AnnCloneError: "too small"}}}
+	cases := []struct {
+		name               string
+		phase              string
+		res                populators.Result
+		clonePhase, reason string
+		running            bool
+	}{
+		{"all done", "Rebind", populators.Result{Done: true}, "Succeeded", "Completed", false},
+		{"refused", "Pending", populators.Result{Reason: reasonCloneError, Message: "too small"}, "Error", "Error", false},
+		{"waiting for the source", "Pending", populators.Result{Reason: "CloneWithoutSource", Message: "x"}, "Pending", "", false},
+		{"copying", "HostClone", populators.Result{Pod: &populators.PodStatus{Phase: corev1.PodRunning}}, "HostClone", "", false},
+		{"expanding", "PrepClaim", populators.Result{}, "PrepClaim", "Populator is running", true},
+		{"a base phase name", "worker", populators.Result{}, "", "", false},
+	}
+	for _, c := range cases {
+		ann := k.PhaseAnnotations(target, c.phase, c.res)
+		if ann[cdiv1.AnnClonePhase] != c.clonePhase || ann[cdiv1.AnnRunningConditionReason] != c.reason ||
+			(ann[cdiv1.AnnRunningCondition] == "true") != c.running {
+			t.Errorf("%s: %v", c.name, ann)
+		}
+	}
+}
+
+func fmtS(f string, a ...any) string { return fmt.Sprintf(f, a...) }
