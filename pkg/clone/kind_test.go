@@ -57,7 +57,7 @@ func pod(name string, phase corev1.PodPhase, labels map[string]string, claim str
 	return corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "golden", Name: name, Labels: labels},
 		Spec: corev1.PodSpec{
-			Volumes: []corev1.Volume{{Name: "d", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim, ReadOnly: readOnlyVolume}}}},
+			Volumes:    []corev1.Volume{{Name: "d", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim, ReadOnly: readOnlyVolume}}}},
 			Containers: []corev1.Container{{Name: "c", VolumeMounts: []corev1.VolumeMount{{Name: "d", MountPath: "/d", ReadOnly: readOnlyMount}}}},
 		},
 		Status: corev1.PodStatus{Phase: phase},
