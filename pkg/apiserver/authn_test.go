@@ -1,15 +1,10 @@
 package apiserver
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
-	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -21,37 +16,35 @@ import (
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 	uploadv1 "github.com/kubefill/kubefill-api/upload/v1beta1"
+
+	"github.com/kubefill/kubefill/pkg/pki"
 )
 
 type ca struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  string
+	*pki.CA
+	pem string
 }
 
 func newCA(t *testing.T, cn string) *ca {
 	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: cn}, NotBefore: time.Now().Add(-time.Hour),
-		NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	c, err := pki.NewCA(cn, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, _ := x509.ParseCertificate(der)
-	return &ca{cert: c, key: key, pem: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))}
+	return &ca{CA: c, pem: string(c.CertPEM)}
 }
 
 func (c *ca) issue(t *testing.T, cn string, usage x509.ExtKeyUsage, orgs ...string) *x509.Certificate {
 	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn, Organization: orgs},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, &key.PublicKey, c.key)
+	certPEM, _, err := c.IssueWith(pki.LeafOptions{CommonName: cn, Organizations: orgs, Usages: []x509.ExtKeyUsage{usage}, Validity: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
-	leaf, _ := x509.ParseCertificate(der)
+	b, _ := pem.Decode(certPEM)
+	leaf, err := x509.ParseCertificate(b.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return leaf
 }
 

@@ -86,23 +86,45 @@ func (ca *CA) Expires() time.Time { return ca.cert.NotAfter }
 // SANs, the rest DNS SANs. client selects client-auth usage instead of
 // server-auth. It returns the certificate and key as PEM.
 func (ca *CA) Issue(commonName string, hosts []string, client bool, validity time.Duration) (certPEM, keyPEM []byte, err error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, fmt.Errorf("generating key: %w", err)
-	}
 	usage := x509.ExtKeyUsageServerAuth
 	if client {
 		usage = x509.ExtKeyUsageClientAuth
 	}
+	return ca.IssueWith(LeafOptions{CommonName: commonName, Hosts: hosts, Usages: []x509.ExtKeyUsage{usage}, Validity: validity})
+}
+
+// LeafOptions say what certificate IssueWith makes.
+type LeafOptions struct {
+	CommonName string
+	// Organizations become the subject's O: a client certificate's
+	// Kubernetes groups (system:masters, say).
+	Organizations []string
+	// Hosts that parse as IP addresses become IP SANs, the rest DNS SANs.
+	Hosts []string
+	// Usages are the extended key usages, for example both server and
+	// client auth; none leaves the certificate unrestricted.
+	Usages []x509.ExtKeyUsage
+	// Validity is how long from now the certificate is valid (it is
+	// back-dated by an hour for clock skew).
+	Validity time.Duration
+}
+
+// IssueWith signs the leaf certificate o describes and returns it and its
+// key as PEM.
+func (ca *CA) IssueWith(o LeafOptions) (certPEM, keyPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("generating key: %w", err)
+	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: commonName},
+		Subject:      pkix.Name{CommonName: o.CommonName, Organization: o.Organizations},
 		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(validity),
+		NotAfter:     time.Now().Add(o.Validity),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+		ExtKeyUsage:  o.Usages,
 	}
-	for _, h := range hosts {
+	for _, h := range o.Hosts {
 		if ip := net.ParseIP(h); ip != nil {
 			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
 		} else {
@@ -111,7 +133,7 @@ func (ca *CA) Issue(commonName string, hosts []string, client bool, validity tim
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
-		return nil, nil, fmt.Errorf("signing certificate for %s: %w", commonName, err)
+		return nil, nil, fmt.Errorf("signing certificate for %s: %w", o.CommonName, err)
 	}
 	kder, err := x509.MarshalECPrivateKey(key)
 	if err != nil {

@@ -44,3 +44,33 @@ func TestCARoundTrip(t *testing.T) {
 		t.Error("LoadCA accepted a certificate that is not PEM")
 	}
 }
+
+// TestIssueWith: organisations (Kubernetes groups) and both usages at once.
+func TestIssueWith(t *testing.T) {
+	ca, err := NewCA("test-ca", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crt, _, err := ca.IssueWith(LeafOptions{
+		CommonName: "admin", Organizations: []string{"system:masters"}, Hosts: []string{"localhost", "127.0.0.1"},
+		Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, Validity: time.Hour,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	blk, _ := pem.Decode(crt)
+	leaf, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if leaf.Subject.CommonName != "admin" || len(leaf.Subject.Organization) != 1 || leaf.Subject.Organization[0] != "system:masters" {
+		t.Fatalf("subject %v", leaf.Subject)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(ca.CertPEM)
+	for _, u := range []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth} {
+		if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, DNSName: "127.0.0.1", KeyUsages: []x509.ExtKeyUsage{u}}); err != nil {
+			t.Errorf("usage %v: %v", u, err)
+		}
+	}
+}

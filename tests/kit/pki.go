@@ -1,30 +1,19 @@
 package kit
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"errors"
-	"fmt"
-	"math/big"
-	"net"
 	"testing"
 	"time"
 
 	"github.com/kubefill/kubefill/pkg/pki"
 )
 
-// CA is the tests' certificate authority: a pki.CA that also issues what
-// pki does not, certificates naming organisations (Kubernetes groups) and
-// certificates for both server and client use.
+// CA is the tests' certificate authority: a pki.CA issuing from a Leaf,
+// which also names organisations (Kubernetes groups) and both server and
+// client use.
 type CA struct {
 	*pki.CA
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
 }
 
 // NewCA creates a CA valid for validity.
@@ -33,20 +22,7 @@ func NewCA(commonName string, validity time.Duration) (*CA, error) {
 	if err != nil {
 		return nil, err
 	}
-	cb, _ := pem.Decode(ca.CertPEM)
-	kb, _ := pem.Decode(ca.KeyPEM)
-	if cb == nil || kb == nil {
-		return nil, errors.New("pki.NewCA returned no PEM")
-	}
-	cert, err := x509.ParseCertificate(cb.Bytes)
-	if err != nil {
-		return nil, err
-	}
-	key, err := x509.ParseECPrivateKey(kb.Bytes)
-	if err != nil {
-		return nil, err
-	}
-	return &CA{CA: ca, cert: cert, key: key}, nil
+	return &CA{CA: ca}, nil
 }
 
 // TestCA is NewCA for a test, valid for a day.
@@ -71,54 +47,19 @@ type Leaf struct {
 	Validity time.Duration
 }
 
-// Issue signs a leaf certificate and returns it and its key as PEM. A plain
-// server or client certificate comes from pki's own Issue.
+// Issue signs a leaf certificate and returns it and its key as PEM.
 func (ca *CA) Issue(l Leaf) (certPEM, keyPEM []byte, err error) {
-	validity := l.Validity
-	if validity == 0 {
-		validity = 365 * 24 * time.Hour
-	}
-	if len(l.Organization) == 0 && l.Server != l.Client {
-		return ca.CA.Issue(l.CommonName, l.Hosts, l.Client, validity)
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, fmt.Errorf("generating key for %s: %w", l.CommonName, err)
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 126))
-	if err != nil {
-		return nil, nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: l.CommonName, Organization: l.Organization},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(validity),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
+	o := pki.LeafOptions{CommonName: l.CommonName, Organizations: l.Organization, Hosts: l.Hosts, Validity: l.Validity}
+	if o.Validity == 0 {
+		o.Validity = 365 * 24 * time.Hour
 	}
 	if l.Server {
-		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageServerAuth)
+		o.Usages = append(o.Usages, x509.ExtKeyUsageServerAuth)
 	}
 	if l.Client {
-		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageClientAuth)
+		o.Usages = append(o.Usages, x509.ExtKeyUsageClientAuth)
 	}
-	for _, h := range l.Hosts {
-		if ip := net.ParseIP(h); ip != nil {
-			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-		} else {
-			tmpl.DNSNames = append(tmpl.DNSNames, h)
-		}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		return nil, nil, fmt.Errorf("signing certificate for %s: %w", l.CommonName, err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), nil
+	return ca.IssueWith(o)
 }
 
 // ClientCert issues a client certificate for cn in groups orgs and returns
