@@ -477,3 +477,66 @@ func TestCloneBySnapshot(t *testing.T) {
 			}()
 	})
 }
+
+// TestCloneByCSIClone: a class whose StorageProfile asks for CSI clones
+// clones the source by a claim with dataSource PersistentVolumeClaim, but
+// not while a pod has the source mounted writable: the claim names the pod
+// and waits. Once the pod is gone the prime is made at the source's
+// capacity and its volume moves to the claim.
+func TestCloneByCSIClone(t *testing.T) {
+	ctx := context.Background()
+	ns, installNS := newNamespace(t), newNamespace(t)
+	className := ns + "-csi"
+	cloneClass(t, className)
+	profile := &cdiv1.StorageProfile{}
+	if err := k8sClient.Get(ctx, types.NamespacedName{Name: className}, profile); err != nil {
+		t.Fatal(err)
+	}
+	profile.Spec.CloneStrategy = ptr.To(cdiv1.CloneStrategyCsiClone)
+	if err := k8sClient.Update(ctx, profile); err != nil {
+		t.Fatal(err)
+	}
+	startUploadManager(t, installNS)
+	waitProfile(t, className, "asks for CSI clones", strategyIs(cdiv1.CloneStrategyCsiClone))
+	src := cloneSourceClaim(t, ns, className)
+	vm := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vm"}, Spec: corev1.PodSpec{
+		Containers: []corev1.Container{{Name: "vm", Image: "vm", VolumeMounts: []corev1.VolumeMount{{Name: "disk", MountPath: "/disk"}}}},
+		Volumes:    []corev1.Volume{{Name: "disk", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: src.Name}}}},
+	}}
+	mustCreate(t, k8sClient, vm)
+
+	target := kit.PVC(ns, "disk", "1Gi", kit.Class(className), kit.SourceRef(cdiv1.VolumeCloneSourceRef, "vcs"))
+	mustCreate(t, k8sClient, target)
+	kit.Until(t, 30*time.Second, "the clone waiting for the pod using its source", func() bool {
+		_ = k8sClient.Get(ctx, client.ObjectKeyFromObject(target), target)
+		return target.Annotations[cdiv1.AnnCloneType] == "csi-clone" && target.Annotations[cdiv1.AnnClonePhase] == "CSIClone" &&
+			target.Annotations[cdiv1.AnnRunningConditionReason] == "CloneSourceInUse" &&
+			strings.Contains(target.Annotations[cdiv1.AnnRunningConditionMessage], "pod "+ns+"/vm using PersistentVolumeClaim golden")
+	})
+	kit.Until(t, 20*time.Second, "a CloneSourceInUse Warning on the claim", func() bool {
+		return eventReasons(t, ns, target.UID)["CloneSourceInUse"]
+	})
+	primeKey := types.NamespacedName{Namespace: ns, Name: clone.TmpClaimName(target.UID)}
+	if err := k8sClient.Get(ctx, primeKey, &corev1.PersistentVolumeClaim{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("prime made while the source is in use (err %v)", err)
+	}
+	if err := k8sClient.Delete(ctx, vm, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	prime := &corev1.PersistentVolumeClaim{}
+	kit.Until(t, 30*time.Second, "the CSI clone's prime once the pod is gone", func() bool {
+		return k8sClient.Get(ctx, primeKey, prime) == nil
+	})
+	if ds := prime.Spec.DataSource; ds == nil || ds.Kind != "PersistentVolumeClaim" || ds.Name != src.Name {
+		t.Errorf("prime dataSource %+v, want claim %s", ds, src.Name)
+	}
+	pv := fakeBind(t, prime)
+	kit.Until(t, 30*time.Second, "the volume pointed at the claim", func() bool {
+		_ = k8sClient.Get(ctx, types.NamespacedName{Name: pv.Name}, pv)
+		return pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.UID == target.UID
+	})
+	pods := &corev1.PodList{}
+	if err := k8sClient.List(ctx, pods, client.InNamespace(ns)); err != nil || len(pods.Items) != 0 {
+		t.Errorf("a CSI clone ran %d pods (err %v)", len(pods.Items), err)
+	}
+}
