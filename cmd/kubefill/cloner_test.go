@@ -1,10 +1,8 @@
 package main
 
 import (
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/hex"
 	"errors"
 	"io"
 	"log"
@@ -22,6 +20,7 @@ import (
 
 	"github.com/kubefill/kubefill/pkg/cloner"
 	"github.com/kubefill/kubefill/pkg/contract"
+	"github.com/kubefill/kubefill/pkg/datapath/testimg"
 	"github.com/kubefill/kubefill/pkg/pki"
 )
 
@@ -121,20 +120,6 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-func sha(t *testing.T, p string) string {
-	t.Helper()
-	f, err := os.Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(h.Sum(nil))
-}
-
 func readTermination(t *testing.T, p string) contract.TerminationMessage {
 	t.Helper()
 	b, err := os.ReadFile(p)
@@ -209,7 +194,7 @@ func TestClonerCommandEndToEnd(t *testing.T) {
 	if err := cmd.Execute(); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := sha(t, filepath.Join(dstDir, cloner.ImageName)), sha(t, img); got != want {
+	if got, want := testimg.FileSHA256(t, filepath.Join(dstDir, cloner.ImageName)), testimg.FileSHA256(t, img); got != want {
 		t.Errorf("target disk.img sha256 %s, source %s", got, want)
 	}
 	if m := readTermination(t, term); m.Outcome != contract.OutcomeSucceeded || m.Message == nil || *m.Message != cloner.MessageCloneComplete {

@@ -15,6 +15,8 @@ import (
 
 	"github.com/klauspost/compress/s2"
 	"github.com/klauspost/compress/snappy"
+
+	"github.com/kubefill/kubefill/pkg/datapath/testimg"
 )
 
 const (
@@ -214,7 +216,7 @@ func TestReceivesGNUTarSparseStreams(t *testing.T) {
 				t.Fatal(err)
 			}
 			checkTree(t, src, dst)
-			if got, want := sha256File(t, filepath.Join(dst, ImageName), 0), sha256File(t, filepath.Join(src, ImageName), 0); got != want {
+			if got, want := testimg.FileSHA256(t, filepath.Join(dst, ImageName)), testimg.FileSHA256(t, filepath.Join(src, ImageName)); got != want {
 				t.Errorf("sha256 %s, want %s", got, want)
 			}
 			if da, sa := allocated(t, filepath.Join(dst, ImageName)), allocated(t, filepath.Join(src, ImageName)); da > sa {
@@ -244,7 +246,7 @@ func TestFilesystemToBlock(t *testing.T) {
 	if n != size {
 		t.Errorf("written %d, want %d", n, size)
 	}
-	if got, want := sha256File(t, dev, size), sha256File(t, filepath.Join(src, ImageName), 0); got != want {
+	if got, want := testimg.PrefixSHA256(t, dev, size), testimg.FileSHA256(t, filepath.Join(src, ImageName)); got != want {
 		t.Errorf("device content differs from disk.img: stale data left")
 	}
 	if a := allocated(t, dev); a > 3*MiB {
@@ -274,7 +276,7 @@ func TestBlockToFilesystemAndBlock(t *testing.T) {
 	dev := filepath.Join(dir, "source-device")
 	regions := []region{{off: 0, len: MiB}, {off: 10 * MiB, len: 2 * MiB, text: true}, {off: 63 * MiB, len: MiB}}
 	makeImage(t, dev, size, regions)
-	want := sha256File(t, dev, 0)
+	want := testimg.FileSHA256(t, dev)
 
 	b, st := stream(t, Source{Mode: Block, Path: dev})
 	t.Logf("block stream: %d bytes for a %d-byte device holding %d bytes of data", len(b), size, dataLen(regions))
@@ -291,7 +293,7 @@ func TestBlockToFilesystemAndBlock(t *testing.T) {
 		t.Fatalf("block→fs: %d, %v", n, err)
 	}
 	img := filepath.Join(fsDst, ImageName)
-	if got := sha256File(t, img, 0); got != want {
+	if got := testimg.FileSHA256(t, img); got != want {
 		t.Errorf("disk.img differs")
 	}
 	if a := allocated(t, img); a > dataLen(regions)+64<<10 {
@@ -303,7 +305,7 @@ func TestBlockToFilesystemAndBlock(t *testing.T) {
 	if n, err := ReceiveStream(context.Background(), bytes.NewReader(b), ContentTypeBlock, Destination{Mode: Block, Path: blk}); err != nil || n != size {
 		t.Fatalf("block→block: %d, %v", n, err)
 	}
-	if got := sha256File(t, blk, 0); got != want {
+	if got := testimg.FileSHA256(t, blk); got != want {
 		t.Errorf("target device differs: stale data left")
 	}
 
@@ -577,7 +579,7 @@ func TestPreallocatedClone(t *testing.T) {
 	if _, err := ReceiveStream(context.Background(), bytes.NewReader(b), ContentTypeFilesystem, Destination{Mode: Block, Path: dev, Preallocate: true}); err != nil {
 		t.Fatal(err)
 	}
-	if sha256File(t, dev, 0) != sha256File(t, filepath.Join(src, ImageName), 0) {
+	if testimg.FileSHA256(t, dev) != testimg.FileSHA256(t, filepath.Join(src, ImageName)) {
 		t.Errorf("device differs")
 	}
 	if a := allocated(t, dev); a < 32*MiB {

@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -76,25 +75,6 @@ func allocated(t testing.TB, path string) int64 {
 		t.Fatal(err)
 	}
 	return st.Blocks * 512
-}
-
-// sha256File hashes every byte of a file.
-func sha256File(t testing.TB, path string, limit int64) string {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	h := sha256.New()
-	var r io.Reader = f
-	if limit > 0 {
-		r = io.LimitReader(f, limit)
-	}
-	if _, err := io.Copy(h, r); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(h.Sum(nil))
 }
 
 // contentDigest is a digest of a file's content that does not read its

@@ -16,6 +16,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/kubefill/kubefill/pkg/contract"
+	"github.com/kubefill/kubefill/pkg/datapath/testimg"
 	"github.com/kubefill/kubefill/pkg/pki"
 )
 
@@ -83,7 +84,7 @@ func TestRunReportsTheServersAnswer(t *testing.T) {
 	if err := Run(context.Background(), job2); err != nil {
 		t.Fatal(err)
 	}
-	if sha256File(t, big, 0) != sha256File(t, dev, 0) {
+	if testimg.FileSHA256(t, big) != testimg.FileSHA256(t, dev) {
 		t.Errorf("target differs")
 	}
 	b, _ = os.ReadFile(job.TerminationLog)

@@ -89,13 +89,24 @@ func RawSHA256(t testing.TB, src, fmtIn string) string {
 // FileSHA256 hashes a file.
 func FileSHA256(t testing.TB, p string) string {
 	t.Helper()
+	return PrefixSHA256(t, p, 0)
+}
+
+// PrefixSHA256 hashes the first n bytes of a file (all of it if n <= 0): a
+// device's first n bytes, say, against an image of n bytes.
+func PrefixSHA256(t testing.TB, p string, n int64) string {
+	t.Helper()
 	f, err := os.Open(p)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
+	var r io.Reader = f
+	if n > 0 {
+		r = io.LimitReader(f, n)
+	}
 	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
+	if _, err := io.Copy(h, r); err != nil {
 		t.Fatal(err)
 	}
 	return hex.EncodeToString(h.Sum(nil))
