@@ -25,13 +25,7 @@ func TestCARoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	blk, _ := pem.Decode(crt)
-	leaf, err := x509.ParseCertificate(blk.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(ca.CertPEM)
+	leaf, roots := parseLeaf(t, crt, ca)
 	for _, name := range []string{"cdi-upload-prime-1.ns.svc", "10.0.0.7"} {
 		if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, DNSName: name, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
 			t.Errorf("%s: %v", name, err)
@@ -58,19 +52,29 @@ func TestIssueWith(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	blk, _ := pem.Decode(crt)
-	leaf, err := x509.ParseCertificate(blk.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
+	leaf, roots := parseLeaf(t, crt, ca)
 	if leaf.Subject.CommonName != "admin" || len(leaf.Subject.Organization) != 1 || leaf.Subject.Organization[0] != "system:masters" {
 		t.Fatalf("subject %v", leaf.Subject)
 	}
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(ca.CertPEM)
 	for _, u := range []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth} {
 		if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, DNSName: "127.0.0.1", KeyUsages: []x509.ExtKeyUsage{u}}); err != nil {
 			t.Errorf("usage %v: %v", u, err)
 		}
 	}
+}
+
+// parseLeaf parses a PEM certificate and returns it with a pool holding ca.
+func parseLeaf(t *testing.T, certPEM []byte, ca *CA) (*x509.Certificate, *x509.CertPool) {
+	t.Helper()
+	blk, _ := pem.Decode(certPEM)
+	if blk == nil {
+		t.Fatal("certificate is not PEM")
+	}
+	leaf, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(ca.CertPEM)
+	return leaf, roots
 }
