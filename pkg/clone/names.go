@@ -18,6 +18,10 @@ func TmpClaimName(target types.UID) string { return "tmp-pvc-" + string(target) 
 // TmpSnapshotName is the VolumeSnapshot a snapshot clone of a claim takes.
 func TmpSnapshotName(target types.UID) string { return "tmp-snapshot-" + string(target) }
 
+// TmpSourceClaimName is the restore of a source snapshot that a
+// host-assisted copy reads.
+func TmpSourceClaimName(target types.UID) string { return "tmp-source-pvc-" + string(target) }
+
 // SourcePodName is the host-assisted clone's source pod (and its client
 // certificate Secret).
 func SourcePodName(target types.UID) string { return string(target) + "-source-pod" }

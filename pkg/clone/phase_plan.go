@@ -37,6 +37,8 @@ type run struct {
 	snapshot *snapshotv1.VolumeSnapshot
 	// restoreSize is the size a snapshot restores to (0: the target's).
 	restoreSize int64
+	// snapSource is what the planner read of a source snapshot's content.
+	snapSource *SourceSnapshot
 }
 
 // has reports whether the planned clone runs phase p.
@@ -93,11 +95,6 @@ func (p *planPhase) Reconcile(ctx context.Context, f *populators.Flow) (populato
 		return wait("CloneSourceNotReady", err.Error(), 5*time.Second), nil
 	case err != nil:
 		return populators.Result{}, fmt.Errorf("planning the clone: %w", err)
-	}
-	if d.Strategy == cdiv1.CloneStrategyHostAssisted && r.fromSnapshot() {
-		return wait("NotSupported", fmt.Sprintf("a host-assisted copy of VolumeSnapshot %s is not supported yet (%s); "+
-			"restore the snapshot into a claim and clone that, or make the snapshot restorable into StorageClass %s",
-			src.Name, d.Hint, ptr.Deref(f.Target.Spec.StorageClassName, "")), time.Minute), nil
 	}
 	r.decision = &d
 	return populators.Result{Done: true}, p.pin(ctx, f, d)
@@ -209,7 +206,7 @@ func (p *planPhase) inputs(ctx context.Context, f *populators.Flow) (Input, *pop
 			res := wait("CloneSourceNotReady", fmt.Sprintf("VolumeSnapshot %s/%s is not bound to its content yet", ns, src.Name), 5*time.Second)
 			return in, &res, err
 		}
-		in.SourceSnapshot = ss
+		in.SourceSnapshot, r.snapSource = ss, ss
 	default:
 		res := wait(reasonCloneError, fmt.Sprintf("VolumeCloneSource %s/%s names a %s; a clone source is a PersistentVolumeClaim or a VolumeSnapshot", ns, r.vcs.Name, src.Kind), time.Minute)
 		return in, &res, nil

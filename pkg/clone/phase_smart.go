@@ -3,10 +3,12 @@ package clone
 import (
 	"context"
 	"fmt"
+	"sort"
 	"time"
 
 	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v6/apis/volumesnapshot/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -129,7 +131,74 @@ func (p *gatePhase) Reconcile(ctx context.Context, f *populators.Flow) (populato
 	if rs := snap.Status.RestoreSize; rs != nil {
 		r.restoreSize = rs.Value()
 	}
+	if r.fromSnapshot() && r.decision.Strategy == cdiv1.CloneStrategyHostAssisted {
+		return r.ensureSourceRestore(ctx, f)
+	}
 	return populators.Result{Done: true}, nil
+}
+
+// ensureSourceRestore makes tmp-source-pvc-<uid>, the restore of a source
+// snapshot that a host-assisted copy reads, as CDI does: RWO, in the first
+// StorageClass (by name) of the snapshot's driver, at its restore size (the
+// target's when that is 0), in the snapshot's volume mode (the target's
+// when it does not say).
+func (r *run) ensureSourceRestore(ctx context.Context, f *populators.Flow) (populators.Result, error) {
+	key := types.NamespacedName{Namespace: f.PrimeKey.Namespace, Name: TmpSourceClaimName(f.Target.UID)}
+	if err := r.k.Client.Get(ctx, key, &corev1.PersistentVolumeClaim{}); err == nil {
+		return populators.Result{Done: true}, nil
+	} else if !apierrors.IsNotFound(err) {
+		return populators.Result{}, fmt.Errorf("reading %s: %w", key, err)
+	}
+	driver := ""
+	if r.snapSource != nil {
+		driver = r.snapSource.ContentDriver
+	}
+	classes := &storagev1.StorageClassList{}
+	if err := r.k.Client.List(ctx, classes); err != nil {
+		return populators.Result{}, fmt.Errorf("listing StorageClasses: %w", err)
+	}
+	sort.Slice(classes.Items, func(i, j int) bool { return classes.Items[i].Name < classes.Items[j].Name })
+	class := ""
+	for _, sc := range classes.Items {
+		if sc.Provisioner == driver {
+			class = sc.Name
+			break
+		}
+	}
+	if class == "" {
+		return wait("NoStorageClassForSnapshot", fmt.Sprintf("no StorageClass provisions with driver %q, which took snapshot %s; create one so that the snapshot can be restored for the copy",
+			driver, r.vcs.Spec.Source.Name), 30*time.Second), nil
+	}
+	size := r.decision.TargetSize
+	if r.restoreSize > 0 {
+		size = *resourceBytes(r.restoreSize)
+	}
+	mode := volumeMode(f.Target.Spec.VolumeMode)
+	if r.snapSource != nil && r.snapSource.SourceVolumeMode != nil {
+		mode = *r.snapSource.SourceVolumeMode
+	}
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: tempMeta(f, key.Name),
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName: ptr.To(class),
+			VolumeMode:       ptr.To(mode),
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
+			DataSource:       &corev1.TypedLocalObjectReference{APIGroup: ptr.To(snapshotv1.GroupName), Kind: "VolumeSnapshot", Name: r.vcs.Spec.Source.Name},
+		},
+	}
+	if node := f.Target.Annotations[cdiv1.AnnSelectedNode]; node != "" {
+		pvc.Annotations[cdiv1.AnnSelectedNode] = node
+	}
+	if err := r.k.Client.Create(ctx, pvc); err != nil && !apierrors.IsAlreadyExists(err) {
+		if res, ok := refusedCreate(err, "PersistentVolumeClaim", key); ok {
+			return res, nil
+		}
+		return populators.Result{}, fmt.Errorf("creating %s: %w", key, err)
+	}
+	f.Event(corev1.EventTypeNormal, "CloneFromSnapshotSourceInProgress", "SnapshotClone",
+		fmt.Sprintf("Creating PVC from snapshot source is in progress (for snapshot %s/%s)", key.Namespace, r.vcs.Spec.Source.Name))
+	return populators.Result{RetryAfter: 2 * time.Second}, nil
 }
 
 // prepClaimPhase (CDI's PrepClaim) makes the restored or cloned prime
@@ -142,6 +211,19 @@ func (p *prepClaimPhase) Name() string { return string(PhasePrepClaim) }
 func (p *prepClaimPhase) Reconcile(ctx context.Context, f *populators.Flow) (populators.Result, error) {
 	r := p.run
 	if !r.has(PhasePrepClaim) || f.HandedOver() {
+		return populators.Result{Done: true}, nil
+	}
+	if r.fromSnapshot() && r.decision.Strategy == cdiv1.CloneStrategyHostAssisted {
+		// The copy reads a restore of the snapshot: it must be bound.
+		restore := &corev1.PersistentVolumeClaim{}
+		key := types.NamespacedName{Namespace: f.PrimeKey.Namespace, Name: TmpSourceClaimName(f.Target.UID)}
+		if err := r.k.Client.Get(ctx, key, restore); err != nil {
+			return populators.Result{}, fmt.Errorf("reading %s: %w", key, err)
+		}
+		r.source = restore
+		if restore.Status.Phase != corev1.ClaimBound {
+			return populators.Result{Reason: "Pending", Message: fmt.Sprintf("waiting for the restore %s of the snapshot to be bound", key), RetryAfter: 2 * time.Second}, nil
+		}
 		return populators.Result{Done: true}, nil
 	}
 	prime := f.Prime

@@ -540,3 +540,76 @@ func TestCloneByCSIClone(t *testing.T) {
 		t.Errorf("a CSI clone ran %d pods (err %v)", len(pods.Items), err)
 	}
 }
+
+// TestCloneSnapshotByCopy, on a control plane with the snapshot CRDs: a
+// VolumeSnapshot source whose driver is not the target class's cannot be
+// restored into the target (NoProvisionerMatch), so it is copied: the
+// snapshot is restored into tmp-source-pvc-<uid> in a class of its own
+// driver, and once that is bound a source pod reads it, read-only, into
+// the upload server on the prime.
+func TestCloneSnapshotByCopy(t *testing.T) {
+	ctx := context.Background()
+	env := ownEnvironment(t)
+	envCfg, envClient := startOwnControlPlane(t, env, "control plane with the snapshot CRDs")
+	if _, err := envtest.InstallCRDs(envCfg, envtest.CRDInstallOptions{Paths: snapshotCRDPaths(t), ErrorIfPathMissing: true}); err != nil {
+		t.Fatalf("installing the snapshot CRDs: %v", err)
+	}
+	useControlPlane(t, envCfg, envClient)
+	sc := snapshotClient(t)
+	ns, installNS := newNamespace(t), newNamespace(t)
+	srcClass, tgtClass := ns+"-a", ns+"-b"
+	mode := storagev1.VolumeBindingImmediate
+	mustCreate(t, k8sClient, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: srcClass}, Provisioner: cloneDriver, VolumeBindingMode: &mode})
+	mustCreate(t, k8sClient, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: tgtClass}, Provisioner: "other.csi.kubefill.test", VolumeBindingMode: &mode})
+	mustCreate(t, k8sClient, &cdiv1.StorageProfile{ObjectMeta: metav1.ObjectMeta{Name: tgtClass}, Spec: cdiv1.StorageProfileSpec{
+		ClaimPropertySets: []cdiv1.ClaimPropertySet{rwoFilesystem}}})
+	runManager(t, controller.ManagerOptions{MetricsBindAddress: "0", HealthProbeBindAddress: "0",
+		WorkerImage: "kubefill/kubefill:test", InstallNamespace: installNS})
+
+	contentName := "content-" + ns
+	snap := &snapshotv1.VolumeSnapshot{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "golden-snap"},
+		Spec: snapshotv1.VolumeSnapshotSpec{Source: snapshotv1.VolumeSnapshotSource{VolumeSnapshotContentName: ptr.To(contentName)}}}
+	mustCreate(t, sc, snap)
+	mustCreate(t, sc, &snapshotv1.VolumeSnapshotContent{ObjectMeta: metav1.ObjectMeta{Name: contentName}, Spec: snapshotv1.VolumeSnapshotContentSpec{
+		Driver: cloneDriver, DeletionPolicy: snapshotv1.VolumeSnapshotContentRetain,
+		Source:            snapshotv1.VolumeSnapshotContentSource{SnapshotHandle: ptr.To("h-1")},
+		VolumeSnapshotRef: corev1.ObjectReference{Namespace: ns, Name: snap.Name}, SourceVolumeMode: ptr.To(corev1.PersistentVolumeFilesystem)}})
+	snap.Status = &snapshotv1.VolumeSnapshotStatus{BoundVolumeSnapshotContentName: ptr.To(contentName), ReadyToUse: ptr.To(true),
+		RestoreSize: ptr.To(resource.MustParse("1Gi")), CreationTime: ptr.To(metav1.Now())}
+	if err := sc.Status().Update(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, k8sClient, &cdiv1.VolumeCloneSource{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vcs"},
+		Spec: cdiv1.VolumeCloneSourceSpec{Source: corev1.TypedLocalObjectReference{APIGroup: ptr.To("snapshot.storage.k8s.io"), Kind: "VolumeSnapshot", Name: snap.Name}}})
+
+	target := kit.PVC(ns, "disk", "1Gi", kit.Class(tgtClass), kit.SourceRef(cdiv1.VolumeCloneSourceRef, "vcs"))
+	mustCreate(t, k8sClient, target)
+	restore := &corev1.PersistentVolumeClaim{}
+	restoreKey := types.NamespacedName{Namespace: ns, Name: clone.TmpSourceClaimName(target.UID)}
+	kit.Until(t, 30*time.Second, "the snapshot restored into tmp-source-pvc", func() bool {
+		return k8sClient.Get(ctx, restoreKey, restore) == nil
+	})
+	_ = k8sClient.Get(ctx, client.ObjectKeyFromObject(target), target)
+	if target.Annotations[cdiv1.AnnCloneType] != "copy" || target.Annotations[cdiv1.AnnCloneFallbackReason] != cdiv1.FallbackMessageNoProvisionerMatch {
+		t.Errorf("target annotations %v: want copy, falling back for %s", target.Annotations, cdiv1.FallbackNoProvisionerMatch)
+	}
+	if ds := restore.Spec.DataSource; ds == nil || ds.Kind != "VolumeSnapshot" || ds.Name != snap.Name || ptr.Deref(restore.Spec.StorageClassName, "") != srcClass {
+		t.Errorf("restore dataSource %+v class %v, want the snapshot in %s", ds, restore.Spec.StorageClassName, srcClass)
+	}
+	fakeBind(t, restore)
+	primeName := clone.TmpClaimName(target.UID)
+	setPodStatus(t, ns, cdiv1.UploadPodName(primeName), corev1.PodRunning, true)
+	sourcePod := &corev1.Pod{}
+	kit.Until(t, 30*time.Second, "the source pod reading the restore", func() bool {
+		return k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: clone.SourcePodName(target.UID)}, sourcePod) == nil
+	})
+	for _, v := range sourcePod.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil && (v.PersistentVolumeClaim.ClaimName != restoreKey.Name || !v.PersistentVolumeClaim.ReadOnly) {
+			t.Errorf("source pod mounts %+v, want %s read-only", v.PersistentVolumeClaim, restoreKey.Name)
+		}
+	}
+	_ = k8sClient.Get(ctx, client.ObjectKeyFromObject(target), target)
+	if p := target.Annotations[cdiv1.AnnClonePhase]; p != "HostClone" {
+		t.Errorf("clonePhase %q, want HostClone", p)
+	}
+}
