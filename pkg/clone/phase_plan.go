@@ -229,7 +229,7 @@ func (p *planPhase) snapshotSource(ctx context.Context, snap *snapshotv1.VolumeS
 	}
 	ss := &SourceSnapshot{RestoreSize: st.RestoreSize, ContentDriver: content.Spec.Driver, SourceVolumeMode: content.Spec.SourceVolumeMode}
 	if ss.SourceVolumeMode == nil {
-		if m := snap.Annotations[annSnapshotSourceVolumeMode]; m != "" {
+		if m := snap.Annotations[cdiv1.AnnSnapshotSourceVolumeMode]; m != "" {
 			ss.SourceVolumeMode = ptr.To(corev1.PersistentVolumeMode(m))
 		}
 	}

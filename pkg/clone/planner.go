@@ -198,7 +198,7 @@ func planFromClaim(in Input) (Decision, error) {
 func fallBackFromClaim(in Input, d *Decision, driver, driverNote string) error {
 	src := in.SourceClaim
 	if driver == "" {
-		fallBack(d, reasonIncompatibleProvisioners, driverNote+"; a snapshot or CSI clone needs source and target on the same CSI driver")
+		fallBack(d, cdiv1.FallbackIncompatibleProvisioners, driverNote+"; a snapshot or CSI clone needs source and target on the same CSI driver")
 		return nil
 	}
 	if d.Strategy == cdiv1.CloneStrategySnapshot {
@@ -208,13 +208,13 @@ func fallBackFromClaim(in Input, d *Decision, driver, driverNote string) error {
 			if hint == "" {
 				hint = noClassHint(driver, "")
 			}
-			fallBack(d, reasonNoVolumeSnapshotClass, hint)
+			fallBack(d, cdiv1.FallbackNoVolumeSnapshotClass, hint)
 			return nil
 		}
 	}
 	srcMode, tgtMode := volumeMode(src.Claim.Spec.VolumeMode), volumeMode(in.Target.Spec.VolumeMode)
 	if srcMode != tgtMode {
-		fallBack(d, reasonIncompatibleVolumeModes, fmt.Sprintf(
+		fallBack(d, cdiv1.FallbackIncompatibleVolumeModes, fmt.Sprintf(
 			"the source is %s and the target %s; a %s clone keeps the volume mode, so give the target volumeMode %s for it", srcMode, tgtMode, d.Strategy, srcMode))
 		return nil
 	}
@@ -225,7 +225,7 @@ func fallBackFromClaim(in Input, d *Decision, driver, driverNote string) error {
 		return fmt.Errorf("%w: source claim %s has no status.capacity yet (is it Bound?)", ErrSourceNotReady, src.Claim.Name)
 	}
 	if capacity.Cmp(d.TargetSize) < 0 && !allowsExpansion(in.TargetClass) {
-		fallBack(d, reasonNoVolumeExpansion, fmt.Sprintf(
+		fallBack(d, cdiv1.FallbackNoVolumeExpansion, fmt.Sprintf(
 			"the target asks for %s, more than the source's %s, and StorageClass %s does not allow volume expansion; set allowVolumeExpansion: true on it, or ask for %s",
 			d.TargetSize.String(), capacity.String(), in.TargetClass.Name, capacity.String()))
 	}
@@ -259,16 +259,16 @@ func planFromSnapshot(in Input) (Decision, error) {
 	tgtMode := volumeMode(in.Target.Spec.VolumeMode)
 	switch {
 	case snap.ContentDriver != in.TargetClass.Provisioner:
-		fallBack(&d, reasonNoProvisionerMatch, fmt.Sprintf(
+		fallBack(&d, cdiv1.FallbackNoProvisionerMatch, fmt.Sprintf(
 			"the snapshot was taken by driver %q but StorageClass %s provisions with %q; restore it into a StorageClass of driver %q",
 			snap.ContentDriver, in.TargetClass.Name, in.TargetClass.Provisioner, snap.ContentDriver))
 	case volumeMode(snap.SourceVolumeMode) != tgtMode:
 		srcMode := volumeMode(snap.SourceVolumeMode)
-		fallBack(&d, reasonIncompatibleVolumeModes, fmt.Sprintf(
+		fallBack(&d, cdiv1.FallbackIncompatibleVolumeModes, fmt.Sprintf(
 			"the snapshot is of a %s volume and the target is %s; a restore keeps the volume mode, so give the target volumeMode %s for it", srcMode, tgtMode, srcMode))
 	case !snap.RestoreSize.IsZero() && snap.RestoreSize.Cmp(d.TargetSize) < 0 && !allowsExpansion(in.TargetClass):
 		// A zero restoreSize restores at the target's size, so it needs no expansion.
-		fallBack(&d, reasonNoVolumeExpansion, fmt.Sprintf(
+		fallBack(&d, cdiv1.FallbackNoVolumeExpansion, fmt.Sprintf(
 			"the target asks for %s, more than the snapshot's restoreSize %s, and StorageClass %s does not allow volume expansion; set allowVolumeExpansion: true on it, or ask for %s",
 			d.TargetSize.String(), snap.RestoreSize.String(), in.TargetClass.Name, snap.RestoreSize.String()))
 	}
@@ -307,11 +307,11 @@ func fallBack(d *Decision, reason, hint string) {
 }
 
 var fallbackMessages = map[string]string{
-	reasonNoVolumeSnapshotClass:    messageNoVolumeSnapshotClass,
-	reasonIncompatibleProvisioners: messageIncompatibleProvisioners,
-	reasonIncompatibleVolumeModes:  messageIncompatibleVolumeModes,
-	reasonNoVolumeExpansion:        messageNoVolumeExpansion,
-	reasonNoProvisionerMatch:       messageNoProvisionerMatch,
+	cdiv1.FallbackNoVolumeSnapshotClass:    cdiv1.FallbackMessageNoVolumeSnapshotClass,
+	cdiv1.FallbackIncompatibleProvisioners: cdiv1.FallbackMessageIncompatibleProvisioners,
+	cdiv1.FallbackIncompatibleVolumeModes:  cdiv1.FallbackMessageIncompatibleVolumeModes,
+	cdiv1.FallbackNoVolumeExpansion:        cdiv1.FallbackMessageNoVolumeExpansion,
+	cdiv1.FallbackNoProvisionerMatch:       cdiv1.FallbackMessageNoProvisionerMatch,
 }
 
 // The plans, CDI's. A snapshot source copied host-assisted is first restored

@@ -128,7 +128,7 @@ func TestPlan(t *testing.T) {
 			in.SourceClaim.Profile = &cdiv1.StorageProfileStatus{SnapshotClass: ptr.To("snap-b")}
 			in.TargetProfile = &cdiv1.StorageProfileStatus{SnapshotClass: ptr.To("snap-b")}
 			return in
-		}, want{strategy: cdiv1.CloneStrategyHostAssisted, reason: reasonNoVolumeSnapshotClass, hint: `serves driver "b.csi.example", not "a.csi.example"`, phases: fromClaimCopy}},
+		}, want{strategy: cdiv1.CloneStrategyHostAssisted, reason: cdiv1.FallbackNoVolumeSnapshotClass, hint: `serves driver "b.csi.example", not "a.csi.example"`, phases: fromClaimCopy}},
 		{"the override wins over the StorageProfile", func() Input {
 			in := claimInput()
 			in.CloneStrategyOverride = strategy(cdiv1.CloneStrategyHostAssisted)
@@ -155,31 +155,31 @@ func TestPlan(t *testing.T) {
 			in := claimInput()
 			in.SnapshotClasses = in.SnapshotClasses[1:] // only driver B's
 			return in
-		}, want{strategy: cdiv1.CloneStrategyHostAssisted, reason: reasonNoVolumeSnapshotClass,
+		}, want{strategy: cdiv1.CloneStrategyHostAssisted, reason: cdiv1.FallbackNoVolumeSnapshotClass,
 			hint: `create a VolumeSnapshotClass for driver "a.csi.example"`, phases: fromClaimCopy}},
 		{"different drivers → IncompatibleProvisioners, not NoVolumeSnapshotClass", func() Input {
 			in := claimInput()
 			in.SourceClaim.PVDriver = driverB
 			return in
-		}, want{strategy: cdiv1.CloneStrategyHostAssisted, reason: reasonIncompatibleProvisioners,
+		}, want{strategy: cdiv1.CloneStrategyHostAssisted, reason: cdiv1.FallbackIncompatibleProvisioners,
 			hint: `the source's volume is on driver "b.csi.example" but StorageClass fast provisions with "a.csi.example"`, phases: fromClaimCopy}},
 		{"different drivers with csi-clone → IncompatibleProvisioners", func() Input {
 			in := claimInput()
 			in.SourceClaim.PVDriver = driverB
 			in.CloneStrategyOverride = strategy(cdiv1.CloneStrategyCsiClone)
 			return in
-		}, want{strategy: cdiv1.CloneStrategyHostAssisted, reason: reasonIncompatibleProvisioners}},
+		}, want{strategy: cdiv1.CloneStrategyHostAssisted, reason: cdiv1.FallbackIncompatibleProvisioners}},
 		{"a source of unknown driver → IncompatibleProvisioners", func() Input {
 			in := claimInput()
 			in.SourceClaim.PVDriver, in.SourceClaim.Class = "", nil
 			return in
-		}, want{strategy: cdiv1.CloneStrategyHostAssisted, reason: reasonIncompatibleProvisioners, hint: "the source's driver is unknown"}},
+		}, want{strategy: cdiv1.CloneStrategyHostAssisted, reason: cdiv1.FallbackIncompatibleProvisioners, hint: "the source's driver is unknown"}},
 		{"volume modes differ → IncompatibleVolumeModes, copied as a disk image", func() Input {
 			in := claimInput()
 			in.SourceClaim.Claim.Spec.VolumeMode = block
 			in.Target = claim("tgt", "11Gi", fs, "fast")
 			return in
-		}, want{strategy: cdiv1.CloneStrategyHostAssisted, reason: reasonIncompatibleVolumeModes,
+		}, want{strategy: cdiv1.CloneStrategyHostAssisted, reason: cdiv1.FallbackIncompatibleVolumeModes,
 			hint: "give the target volumeMode Block", size: 11 * gi, phases: fromClaimCopy}},
 		{"an unset volume mode is Filesystem", func() Input {
 			in := claimInput()
@@ -190,7 +190,7 @@ func TestPlan(t *testing.T) {
 			in := claimInput()
 			in.Target = claim("tgt", "20Gi", fs, "fast")
 			return in
-		}, want{strategy: cdiv1.CloneStrategyHostAssisted, reason: reasonNoVolumeExpansion,
+		}, want{strategy: cdiv1.CloneStrategyHostAssisted, reason: cdiv1.FallbackNoVolumeExpansion,
 			hint: "set allowVolumeExpansion: true on it, or ask for 10Gi", size: 20 * gi, phases: fromClaimCopy}},
 		{"larger target, class with expansion → snapshot kept, PrepClaim expands", func() Input {
 			in := claimInput()
@@ -203,7 +203,7 @@ func TestPlan(t *testing.T) {
 			in.Target = claim("tgt", "20Gi", fs, "fast")
 			in.CloneStrategyOverride = strategy(cdiv1.CloneStrategyCsiClone)
 			return in
-		}, want{strategy: cdiv1.CloneStrategyHostAssisted, reason: reasonNoVolumeExpansion}},
+		}, want{strategy: cdiv1.CloneStrategyHostAssisted, reason: cdiv1.FallbackNoVolumeExpansion}},
 		{"pinned copy wins over a StorageProfile edited to snapshot", func() Input {
 			in := claimInput()
 			in.Target.Annotations[cdiv1.AnnCloneType] = "copy"
@@ -246,18 +246,18 @@ func TestPlan(t *testing.T) {
 			in.Target = claim("tgt", "", fs, "fast")
 			in.FilesystemOverhead = 0.055
 			return in
-		}, want{strategy: cdiv1.CloneStrategyHostAssisted, reason: reasonIncompatibleVolumeModes, size: 11362347344, sizeless: true, phases: fromClaimCopy}},
+		}, want{strategy: cdiv1.CloneStrategyHostAssisted, reason: cdiv1.FallbackIncompatibleVolumeModes, size: 11362347344, sizeless: true, phases: fromClaimCopy}},
 		{"sizeless Block target of a Filesystem source: the capacity", func() Input {
 			in := claimInput()
 			in.Target = claim("tgt", "", block, "fast")
 			return in
-		}, want{strategy: cdiv1.CloneStrategyHostAssisted, reason: reasonIncompatibleVolumeModes, size: 10 * gi, sizeless: true}},
+		}, want{strategy: cdiv1.CloneStrategyHostAssisted, reason: cdiv1.FallbackIncompatibleVolumeModes, size: 10 * gi, sizeless: true}},
 		{"Block to Filesystem copy with permissiveClone skips the usable-space check", func() Input {
 			in := claimInput()
 			in.SourceClaim.Claim.Spec.VolumeMode = block
 			in.Target.Annotations[cdiv1.AnnPermissiveClone] = "true"
 			return in
-		}, want{strategy: cdiv1.CloneStrategyHostAssisted, reason: reasonIncompatibleVolumeModes, size: 10 * gi}},
+		}, want{strategy: cdiv1.CloneStrategyHostAssisted, reason: cdiv1.FallbackIncompatibleVolumeModes, size: 10 * gi}},
 		{"archive content copies Filesystem to Filesystem", func() Input {
 			in := claimInput()
 			in.CloneStrategyOverride = strategy(cdiv1.CloneStrategyHostAssisted)
@@ -277,13 +277,13 @@ func TestPlan(t *testing.T) {
 			in := snapshotInput()
 			in.SourceSnapshot.ContentDriver = driverB
 			return in
-		}, want{strategy: cdiv1.CloneStrategyHostAssisted, reason: reasonNoProvisionerMatch,
+		}, want{strategy: cdiv1.CloneStrategyHostAssisted, reason: cdiv1.FallbackNoProvisionerMatch,
 			hint: `restore it into a StorageClass of driver "b.csi.example"`, phases: fromSnapshotCopy}},
 		{"snapshot into a larger target, class without expansion → NoVolumeExpansion", func() Input {
 			in := snapshotInput()
 			in.Target = claim("tgt", "20Gi", fs, "fast")
 			return in
-		}, want{strategy: cdiv1.CloneStrategyHostAssisted, reason: reasonNoVolumeExpansion, hint: "restoreSize 10Gi", phases: fromSnapshotCopy}},
+		}, want{strategy: cdiv1.CloneStrategyHostAssisted, reason: cdiv1.FallbackNoVolumeExpansion, hint: "restoreSize 10Gi", phases: fromSnapshotCopy}},
 		{"snapshot into a larger target, class with expansion → restored", func() Input {
 			in := snapshotInput()
 			in.Target = claim("tgt", "20Gi", fs, "fast")
@@ -301,14 +301,14 @@ func TestPlan(t *testing.T) {
 			in.SourceSnapshot.SourceVolumeMode = block
 			in.Target = claim("tgt", "11Gi", fs, "fast")
 			return in
-		}, want{strategy: cdiv1.CloneStrategyHostAssisted, reason: reasonIncompatibleVolumeModes, phases: fromSnapshotCopy}},
+		}, want{strategy: cdiv1.CloneStrategyHostAssisted, reason: cdiv1.FallbackIncompatibleVolumeModes, phases: fromSnapshotCopy}},
 		{"snapshot of unknown mode counts as Filesystem for a restore, as the target's for the copy", func() Input {
 			in := snapshotInput()
 			in.SourceSnapshot.SourceVolumeMode = nil
 			in.Target = claim("tgt", "10Gi", block, "fast")
 			in.ContentType = cdiv1.DataVolumeArchive
 			return in
-		}, want{strategy: cdiv1.CloneStrategyHostAssisted, reason: reasonIncompatibleVolumeModes, phases: fromSnapshotCopy}},
+		}, want{strategy: cdiv1.CloneStrategyHostAssisted, reason: cdiv1.FallbackIncompatibleVolumeModes, phases: fromSnapshotCopy}},
 		{"snapshot into a smaller target with permissiveClone", func() Input {
 			in := snapshotInput()
 			in.Target = claim("tgt", "5Gi", fs, "fast")
@@ -325,7 +325,7 @@ func TestPlan(t *testing.T) {
 			in.SourceSnapshot.SourceVolumeMode = block
 			in.Target = claim("tgt", "", fs, "fast")
 			return in
-		}, want{strategy: cdiv1.CloneStrategyHostAssisted, reason: reasonIncompatibleVolumeModes, size: 11422785362, sizeless: true}},
+		}, want{strategy: cdiv1.CloneStrategyHostAssisted, reason: cdiv1.FallbackIncompatibleVolumeModes, size: 11422785362, sizeless: true}},
 		{"pinned copy of a snapshot", func() Input {
 			in := snapshotInput()
 			in.Target.Annotations[cdiv1.AnnCloneType] = "copy"

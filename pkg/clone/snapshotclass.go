@@ -2,6 +2,7 @@ package clone
 
 import (
 	"fmt"
+	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 	"sort"
 )
 
@@ -18,7 +19,7 @@ type SnapshotClass struct {
 // SnapshotClassOf builds a SnapshotClass from a VolumeSnapshotClass's name,
 // driver and annotations.
 func SnapshotClassOf(name, driver string, annotations map[string]string) SnapshotClass {
-	return SnapshotClass{Name: name, Driver: driver, Default: annotations[annDefaultSnapshotClass] == "true"}
+	return SnapshotClass{Name: name, Driver: driver, Default: annotations[cdiv1.AnnDefaultSnapshotClass] == "true"}
 }
 
 // ChooseSnapshotClass picks the VolumeSnapshotClass for a snapshot clone on

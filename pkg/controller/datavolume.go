@@ -98,7 +98,7 @@ func (r *DataVolumeReconciler) reconcile(ctx context.Context, req ctrl.Request) 
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if dv.DeletionTimestamp != nil {
-		if controllerutil.ContainsFinalizer(dv, FinalizerDataVolume) {
+		if controllerutil.ContainsFinalizer(dv, cdiv1.FinalizerDataVolume) {
 			// A cross-namespace clone: its VolumeCloneSource is out of the
 			// garbage collector's reach.
 			return ctrl.Result{}, r.releaseCloneSource(ctx, dv)

@@ -270,9 +270,9 @@ func (r *DataVolumeReconciler) reconcileCloneClaim(ctx context.Context, dv *cdiv
 		r.event(dv, corev1.EventTypeWarning, "ErrClaimNotValid", "RenderClaim", err.Error())
 		return ClaimView{Problem: err.Error(), ProblemReason: "ErrClaimNotValid", CloneSource: src}, nil
 	}
-	if crossNS && !controllerutil.ContainsFinalizer(dv, FinalizerDataVolume) {
+	if crossNS && !controllerutil.ContainsFinalizer(dv, cdiv1.FinalizerDataVolume) {
 		patch := client.MergeFrom(dv.DeepCopy())
-		controllerutil.AddFinalizer(dv, FinalizerDataVolume)
+		controllerutil.AddFinalizer(dv, cdiv1.FinalizerDataVolume)
 		if err := r.Client.Patch(ctx, dv, patch); err != nil {
 			return ClaimView{}, fmt.Errorf("adding the DataVolume finalizer: %w", err)
 		}
@@ -309,7 +309,7 @@ func (r *DataVolumeReconciler) ensureCloneSource(ctx context.Context, dv *cdiv1.
 		if vcs.Annotations == nil {
 			vcs.Annotations = map[string]string{}
 		}
-		vcs.Annotations[AnnOwnedByDataVolume] = dv.Namespace + "/" + dv.Name
+		vcs.Annotations[cdiv1.AnnOwnedByDataVolume] = dv.Namespace + "/" + dv.Name
 		return nil
 	})
 	if err != nil {
@@ -359,7 +359,7 @@ func (r *DataVolumeReconciler) syncCloneClaim(ctx context.Context, dv *cdiv1.Dat
 			return src, fmt.Errorf("copying %s to the DataVolume: %w", cdiv1.AnnCloneType, err)
 		}
 	}
-	if claimDone(pvc) && controllerutil.ContainsFinalizer(dv, FinalizerDataVolume) {
+	if claimDone(pvc) && controllerutil.ContainsFinalizer(dv, cdiv1.FinalizerDataVolume) {
 		return src, r.releaseCloneSource(ctx, dv)
 	}
 	return src, nil
@@ -392,7 +392,7 @@ func (r *DataVolumeReconciler) releaseCloneSource(ctx context.Context, dv *cdiv1
 	owner := dv.Namespace + "/" + dv.Name
 	for i := range list.Items {
 		vcs := &list.Items[i]
-		if vcs.Name != CloneSourceName(dv) || vcs.Annotations[AnnOwnedByDataVolume] != owner {
+		if vcs.Name != CloneSourceName(dv) || vcs.Annotations[cdiv1.AnnOwnedByDataVolume] != owner {
 			continue
 		}
 		if err := r.Client.Delete(ctx, vcs); client.IgnoreNotFound(err) != nil {
@@ -400,7 +400,7 @@ func (r *DataVolumeReconciler) releaseCloneSource(ctx context.Context, dv *cdiv1
 		}
 	}
 	patch := client.MergeFrom(dv.DeepCopy())
-	controllerutil.RemoveFinalizer(dv, FinalizerDataVolume)
+	controllerutil.RemoveFinalizer(dv, cdiv1.FinalizerDataVolume)
 	if err := r.Client.Patch(ctx, dv, patch); err != nil {
 		return fmt.Errorf("removing the DataVolume finalizer: %w", err)
 	}

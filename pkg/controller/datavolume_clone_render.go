@@ -17,17 +17,6 @@ import (
 // Rendering a clone DataVolume's VolumeCloneSource and claim: pure
 // functions, table-tested.
 
-// Wire strings of the clone path the API module does not define yet.
-const (
-	// AnnOwnedByDataVolume on a VolumeCloneSource in another namespace names
-	// the DataVolume it serves, <ns>/<name>: owner references cannot cross
-	// namespaces.
-	AnnOwnedByDataVolume = "cdi.kubevirt.io/ownedByDataVolume"
-	// FinalizerDataVolume on a cross-namespace clone DataVolume lets the
-	// controller delete its VolumeCloneSource in the source namespace.
-	FinalizerDataVolume = "cdi.kubevirt.io/dataVolumeFinalizer"
-)
-
 // Event reasons of a clone DataVolume, CDI's.
 const (
 	EventCloneWithoutSource    = "CloneWithoutSource"

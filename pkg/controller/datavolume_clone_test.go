@@ -193,7 +193,7 @@ func TestCloneSameNamespace(t *testing.T) {
 
 func controllerHasFinalizer(dv *cdiv1.DataVolume) bool {
 	for _, f := range dv.Finalizers {
-		if f == FinalizerDataVolume {
+		if f == cdiv1.FinalizerDataVolume {
 			return true
 		}
 	}
@@ -248,7 +248,7 @@ func TestCloneCrossNamespaceTokens(t *testing.T) {
 		t.Errorf("claim token not bound to the claim %q: %v", pvc.UID, err)
 	}
 	vcs := &cdiv1.VolumeCloneSource{}
-	if !f.get("src", "volume-clone-source-dv-disk", vcs) || vcs.Annotations[AnnOwnedByDataVolume] != "tgt/disk" || len(vcs.OwnerReferences) != 0 {
+	if !f.get("src", "volume-clone-source-dv-disk", vcs) || vcs.Annotations[cdiv1.AnnOwnedByDataVolume] != "tgt/disk" || len(vcs.OwnerReferences) != 0 {
 		t.Errorf("VolumeCloneSource in the source namespace: %+v", vcs.ObjectMeta)
 	}
 	if !controllerHasFinalizer(dv) {

@@ -15,7 +15,7 @@ import (
 
 // AnnDefaultSnapshotClass marks the default VolumeSnapshotClass of a driver,
 // spelt as the snapshot-controller and CDI read it.
-const AnnDefaultSnapshotClass = "snapshot.storage.kubernetes.io/is-default-class"
+const AnnDefaultSnapshotClass = cdiv1.AnnDefaultSnapshotClass
 
 // ParseCloneStrategy reads a clone strategy as the StorageClass annotation
 // and the API spell it; ok is false for anything else.

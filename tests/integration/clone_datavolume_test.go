@@ -237,12 +237,12 @@ func TestCloneDataVolumeRendersSourceAndClaim(t *testing.T) {
 	if err := k8sClient.Get(ctx, key, vcs); err != nil {
 		t.Fatal(err)
 	}
-	if vcs.Annotations[controller.AnnOwnedByDataVolume] != tgt+"/cross" || len(vcs.OwnerReferences) != 0 {
+	if vcs.Annotations[cdiv1.AnnOwnedByDataVolume] != tgt+"/cross" || len(vcs.OwnerReferences) != 0 {
 		t.Errorf("cross-namespace VolumeCloneSource %+v", vcs.ObjectMeta)
 	}
 	found := false
 	for _, f := range cross.Finalizers {
-		found = found || f == controller.FinalizerDataVolume
+		found = found || f == cdiv1.FinalizerDataVolume
 	}
 	if !found {
 		t.Errorf("DataVolume finalizers %v", cross.Finalizers)

@@ -197,7 +197,8 @@ func TestDataVolumeImportRendersClaimPrimeAndImporter(t *testing.T) {
 }
 
 // TestDataVolumeRefusals checks the user is told, on the DataVolume, why it
-// cannot proceed: an unsupported source, an incomplete profile, an in-tree class.
+// cannot proceed: a snapshot source in a cluster without the VolumeSnapshot API, an
+// incomplete profile, an in-tree class.
 func TestDataVolumeRefusals(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
@@ -217,7 +218,7 @@ func TestDataVolumeRefusals(t *testing.T) {
 		onClaim bool
 	}{
 		{"snapshot", cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{Snapshot: &cdiv1.DataVolumeSourceSnapshot{Namespace: ns, Name: "snap"}}, Storage: &cdiv1.StorageSpec{Resources: size}},
-			"source snapshot are not supported by Kubefill yet", false},
+			"the VolumeSnapshot API (snapshot.storage.k8s.io/v1) is not installed in this cluster", false},
 		{"no-claim-properties", cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{Blank: &cdiv1.DataVolumeBlankImage{}}, Storage: &cdiv1.StorageSpec{StorageClassName: &bare, Resources: size}},
 			"has no claimPropertySets", false},
 		{"missing-priority-class", cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{Blank: &cdiv1.DataVolumeBlankImage{}}, PriorityClassName: "no-such-class",

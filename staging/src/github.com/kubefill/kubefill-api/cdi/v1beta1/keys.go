@@ -119,6 +119,13 @@ const (
 	// its temporary objects in the source namespace, which owner references
 	// cannot reach.
 	FinalizerClonePopulator = annPrefix + "clonePopulator"
+	// AnnOwnedByDataVolume on a VolumeCloneSource in another namespace names
+	// the DataVolume it serves, <ns>/<name>: owner references cannot cross
+	// namespaces.
+	AnnOwnedByDataVolume = annPrefix + "ownedByDataVolume"
+	// FinalizerDataVolume on a cross-namespace clone DataVolume lets the
+	// controller delete its VolumeCloneSource in the source namespace.
+	FinalizerDataVolume = annPrefix + "dataVolumeFinalizer"
 )
 
 // Clone fallback reasons (Warning event reasons) and CDI's messages for them,
