@@ -339,6 +339,10 @@ func (s *cloneStack) testDeleteMidClone(t *testing.T, st cdiv1.CDICloneStrategy)
 	assertBytes(t, srcNs, src.sha, map[string]bool{"golden": false})
 }
 
+// cloningProtection is external-provisioner's finalizer on the source of a
+// CSI clone being provisioned.
+const cloningProtection = "provisioner.storage.kubernetes.io/cloning-protection"
+
 func ptrStatusReady(sn *snapshotv1.VolumeSnapshot) *bool {
 	if sn.Status == nil {
 		return nil
@@ -354,6 +358,7 @@ func ptrStatusReady(sn *snapshotv1.VolumeSnapshot) *bool {
 func (s *cloneStack) assertNothingLeft(t *testing.T, src source, dstNs string, targetUID types.UID) {
 	t.Helper()
 	ctx := context.Background()
+	warned := false
 	kit.Eventually(t, 90*time.Second, 500*time.Millisecond, "nothing of the deleted clone to be left", func() (bool, string, error) {
 		var left []string
 		for _, ns := range []string{src.ns, dstNs} {
@@ -369,7 +374,15 @@ func (s *cloneStack) assertNothingLeft(t *testing.T, src source, dstNs string, t
 			}
 			for _, p := range claims.Items {
 				if ns == src.ns && p.Name == src.name {
-					if p.Status.Phase != corev1.ClaimBound || p.Spec.VolumeName != src.volume || slices.ContainsFunc(p.Finalizers, func(f string) bool { return f != "kubernetes.io/pvc-protection" }) {
+					// external-provisioner's cloning-protection finalizer may
+					// outlive a CSI clone claim deleted mid-provisioning until
+					// its next resync of the source: logged, not held against
+					// Kubefill.
+					if slices.Contains(p.Finalizers, cloningProtection) && !warned {
+						warned = true
+						t.Logf("the source still has %s (external-provisioner's, for the deleted CSI clone claim)", cloningProtection)
+					}
+					if p.Status.Phase != corev1.ClaimBound || p.Spec.VolumeName != src.volume || slices.ContainsFunc(p.Finalizers, func(f string) bool { return f != "kubernetes.io/pvc-protection" && f != cloningProtection }) {
 						left = append(left, fmt.Sprintf("source claim changed: %s volume %s finalizers %v", p.Status.Phase, p.Spec.VolumeName, p.Finalizers))
 					}
 					continue
@@ -377,6 +390,9 @@ func (s *cloneStack) assertNothingLeft(t *testing.T, src source, dstNs string, t
 				left = append(left, fmt.Sprintf("claim %s/%s (%s, finalizers %v)", ns, p.Name, p.Status.Phase, p.Finalizers))
 			}
 			for _, p := range pods.Items {
+				if strings.HasPrefix(p.Name, "write-") || strings.HasPrefix(p.Name, "read-") {
+					continue // the test's own
+				}
 				left = append(left, fmt.Sprintf("pod %s/%s (%s)", ns, p.Name, p.Status.Phase))
 			}
 			for _, sn := range snaps.Items {
