@@ -19,7 +19,7 @@ import (
 // does not import.
 func TestSourcePodEnvironmentIsTheCloners(t *testing.T) {
 	for ours, theirs := range map[string]string{
-		envVolumeMode: cloner.EnvVolumeMode, envMountPoint: cloner.EnvMountPoint, envUploadURL: cloner.EnvUploadURL,
+		envVolumeMode: cloner.EnvVolumeMode, envMountPoint: cloner.EnvMountPoint, envUploadURL: cloner.EnvUploadURL, envUploadServerName: cloner.EnvUploadServerName,
 		envOwnerUID: cloner.EnvOwnerUID, envPreallocation: cloner.EnvPreallocation, envServerCACert: cloner.EnvServerCACert,
 		envClientCert: cloner.EnvClientCert, envClientKey: cloner.EnvClientKey, sourceMountPoint: cloner.SourceMountPoint,
 	} {
@@ -48,7 +48,13 @@ func TestNames(t *testing.T) {
 	if got := UploadClientName("golden", "src", "golden", "tmp-pvc-u1"); got != "golden/src-golden/tmp-pvc-u1" {
 		t.Error(got)
 	}
-	if got := UploadURL("cdi-upload-tmp-pvc-u1", "golden"); got != "https://cdi-upload-tmp-pvc-u1.golden.svc/v1beta1/upload" {
+	if got := UploadURL("10.244.1.7"); got != "https://10.244.1.7:8443/v1beta1/upload" {
+		t.Error(got)
+	}
+	if got := UploadURL("fd00::7"); got != "https://[fd00::7]:8443/v1beta1/upload" {
+		t.Error(got)
+	}
+	if got := UploadServerName("cdi-upload-tmp-pvc-u1", "golden"); got != "cdi-upload-tmp-pvc-u1.golden.svc" {
 		t.Error(got)
 	}
 }

@@ -2,12 +2,15 @@ package clone
 
 import (
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+	"github.com/kubefill/kubefill/pkg/contract"
 )
 
 // CDI's names of a clone's temporary objects, all in the source's namespace.
@@ -36,25 +39,32 @@ func UploadClientName(sourceNamespace, sourceName, uploadNamespace, uploadClaim 
 }
 
 // UploadURL is where the source pod sends the stream: the upload pod's
-// Service in the prime's namespace.
-func UploadURL(service, namespace string) string {
-	return "https://" + service + "." + namespace + ".svc/v1beta1/upload"
+// address, so that a clone needs neither cluster DNS nor a Service proxy
+// (the pod's certificate is checked against UploadServerName).
+func UploadURL(podIP string) string {
+	return "https://" + net.JoinHostPort(podIP, strconv.Itoa(contract.UploadServerPort)) + contract.CloneUploadPath
 }
 
-// The clone source pod's environment, pkg/cloner's JobFromEnv (CDI's names;
-// the controller side does not import the worker packages, a test checks
-// that they agree).
+// UploadServerName is the name on the upload pod's serving certificate:
+// its Service's, <service>.<namespace>.svc.
+func UploadServerName(service, namespace string) string {
+	return service + "." + namespace + ".svc"
+}
+
+// The clone source pod's environment (pkg/contract: CDI's names, plus
+// UPLOAD_SERVER_NAME).
 const (
-	envVolumeMode    = "VOLUME_MODE"
-	envMountPoint    = "MOUNT_POINT"
-	envUploadURL     = "UPLOAD_URL"
-	envOwnerUID      = "OWNER_UID"
-	envPreallocation = "PREALLOCATION"
-	envServerCACert  = "SERVER_CA_CERT"
-	envClientCert    = "CLIENT_CERT"
-	envClientKey     = "CLIENT_KEY"
+	envVolumeMode       = contract.EnvCloneVolumeMode
+	envMountPoint       = contract.EnvCloneMountPoint
+	envUploadURL        = contract.EnvCloneUploadURL
+	envUploadServerName = contract.EnvCloneUploadServer
+	envOwnerUID         = contract.EnvCloneOwnerUID
+	envPreallocation    = contract.EnvClonePreallocation
+	envServerCACert     = contract.EnvCloneServerCACert
+	envClientCert       = contract.EnvCloneClientCert
+	envClientKey        = contract.EnvCloneClientKey
 	// sourceMountPoint is where a Filesystem source is mounted read-only.
-	sourceMountPoint = "/var/run/cdi/clone/source"
+	sourceMountPoint = contract.CloneSourceMountPoint
 	// componentCloneSource is the clone source pod's component label.
 	componentCloneSource = "clone-source"
 	// labelExcludeFromBackup keeps temporary claims out of Velero backups.

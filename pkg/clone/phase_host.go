@@ -158,6 +158,17 @@ func (w *sourceWorker) WorkerSpec(ctx context.Context, f *populators.Flow, confi
 	if err := w.ensureClientCert(ctx, f, name); err != nil {
 		return populators.WorkerSpec{}, err
 	}
+	// The source pod dials the upload pod itself: no cluster DNS or Service
+	// proxy is needed. A replaced upload pod fails the stream, and the
+	// source pod that replaces this one reads the new address.
+	uploadPod := &corev1.Pod{}
+	uploadName := cdiv1.UploadPodName(f.Prime.Name)
+	if err := w.run.k.Client.Get(ctx, types.NamespacedName{Namespace: f.Prime.Namespace, Name: uploadName}, uploadPod); err != nil {
+		return populators.WorkerSpec{}, fmt.Errorf("reading the clone's upload pod %s: %w", uploadName, err)
+	}
+	if uploadPod.Status.PodIP == "" {
+		return populators.WorkerSpec{}, fmt.Errorf("the clone's upload pod %s has no address yet", uploadName)
+	}
 	block := volumeMode(src.Spec.VolumeMode) == corev1.PersistentVolumeBlock
 	mount := sourceMountPoint
 	if block {
@@ -178,7 +189,8 @@ func (w *sourceWorker) WorkerSpec(ctx context.Context, f *populators.Flow, confi
 			Env: []corev1.EnvVar{
 				{Name: envVolumeMode, Value: volumeModeEnv(src)},
 				{Name: envMountPoint, Value: mount},
-				{Name: envUploadURL, Value: UploadURL(cdiv1.UploadPodName(f.Prime.Name), f.Prime.Namespace)},
+				{Name: envUploadURL, Value: UploadURL(uploadPod.Status.PodIP)},
+				{Name: envUploadServerName, Value: UploadServerName(uploadName, f.Prime.Namespace)},
 				{Name: envOwnerUID, Value: string(f.Target.UID)},
 				{Name: envPreallocation, Value: strconv.FormatBool(prealloc)},
 				fromSecret(envServerCACert, "ca.crt"),

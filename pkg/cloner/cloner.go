@@ -36,6 +36,7 @@ package cloner
 
 import (
 	"fmt"
+	"github.com/kubefill/kubefill/pkg/contract"
 	"strings"
 )
 
@@ -48,7 +49,7 @@ const (
 // The request that carries the stream.
 const (
 	// UploadPath is the upload server's path for a synchronous upload.
-	UploadPath = "/v1beta1/upload"
+	UploadPath = contract.CloneUploadPath
 	// HeaderContentType names the clone stream's content type.
 	HeaderContentType = "x-cdi-content-type"
 )
@@ -56,7 +57,7 @@ const (
 // Paths and names of the source pod, as CDI has them.
 const (
 	// SourceMountPoint is where a Filesystem source is mounted read-only.
-	SourceMountPoint = "/var/run/cdi/clone/source"
+	SourceMountPoint = contract.CloneSourceMountPoint
 	// ImageName is a Filesystem volume's disk image.
 	ImageName = "disk.img"
 	// lostFound is left out of a filesystem-clone stream.
@@ -65,18 +66,20 @@ const (
 
 // MessageCloneComplete is the source pod's termination message text on
 // success, as CDI's cloner writes it.
-const MessageCloneComplete = "Clone Complete"
+const MessageCloneComplete = contract.MessageCloneComplete
 
-// Environment of the source pod, CDI's names.
+// Environment of the source pod (pkg/contract; CDI's names, plus
+// UPLOAD_SERVER_NAME).
 const (
-	EnvVolumeMode    = "VOLUME_MODE"
-	EnvMountPoint    = "MOUNT_POINT"
-	EnvUploadURL     = "UPLOAD_URL"
-	EnvOwnerUID      = "OWNER_UID"
-	EnvPreallocation = "PREALLOCATION"
-	EnvServerCACert  = "SERVER_CA_CERT"
-	EnvClientCert    = "CLIENT_CERT"
-	EnvClientKey     = "CLIENT_KEY"
+	EnvVolumeMode       = contract.EnvCloneVolumeMode
+	EnvMountPoint       = contract.EnvCloneMountPoint
+	EnvUploadURL        = contract.EnvCloneUploadURL
+	EnvUploadServerName = contract.EnvCloneUploadServer
+	EnvOwnerUID         = contract.EnvCloneOwnerUID
+	EnvPreallocation    = contract.EnvClonePreallocation
+	EnvServerCACert     = contract.EnvCloneServerCACert
+	EnvClientCert       = contract.EnvCloneClientCert
+	EnvClientKey        = contract.EnvCloneClientKey
 )
 
 // Mode is a volume mode.

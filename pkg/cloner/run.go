@@ -28,6 +28,9 @@ type Job struct {
 	// UploadURL is the target upload server's URL; an empty path means
 	// UploadPath.
 	UploadURL string
+	// ServerName, if set, is the name the upload server's certificate is
+	// verified against, when UploadURL dials its pod's address.
+	ServerName string
 	// OwnerUID labels the progress metric (the target claim's UID).
 	OwnerUID string
 	// ServerCA verifies the upload server; ClientCert and ClientKey are
@@ -71,6 +74,7 @@ func JobFromEnv(getenv func(string) string) (Job, error) {
 		}
 	}
 	j.UploadURL = getenv(EnvUploadURL)
+	j.ServerName = getenv(EnvUploadServerName)
 	j.OwnerUID = getenv(EnvOwnerUID)
 	for _, p := range []struct {
 		env string
@@ -224,6 +228,7 @@ func uploadClient(job Job) (*http.Client, string, error) {
 		TLSClientConfig: &tls.Config{
 			MinVersion:   tls.VersionTLS12,
 			RootCAs:      pool,
+			ServerName:   job.ServerName,
 			Certificates: []tls.Certificate{cert},
 			NextProtos:   []string{"http/1.1"},
 		},

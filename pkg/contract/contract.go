@@ -80,3 +80,22 @@ const (
 	ImportProgressMetric = "kubevirt_cdi_import_progress_total"
 	CloneProgressMetric  = "kubevirt_cdi_clone_progress_total"
 )
+
+// The clone source pod's environment (CDI's cloner names), and the one
+// Kubefill adds: UPLOAD_SERVER_NAME, the name to verify the upload
+// server's certificate against when UPLOAD_URL dials its pod's address, so
+// that a clone needs neither cluster DNS nor a Service proxy.
+const (
+	EnvCloneVolumeMode    = "VOLUME_MODE"
+	EnvCloneMountPoint    = "MOUNT_POINT"
+	EnvCloneUploadURL     = "UPLOAD_URL"
+	EnvCloneUploadServer  = "UPLOAD_SERVER_NAME"
+	EnvCloneOwnerUID      = "OWNER_UID"
+	EnvClonePreallocation = "PREALLOCATION"
+	EnvCloneServerCACert  = "SERVER_CA_CERT"
+	EnvCloneClientCert    = "CLIENT_CERT"
+	EnvCloneClientKey     = "CLIENT_KEY"
+	CloneSourceMountPoint = "/var/run/cdi/clone/source"
+	CloneUploadPath       = "/v1beta1/upload"
+	MessageCloneComplete  = "Clone Complete"
+)

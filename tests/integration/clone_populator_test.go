@@ -93,6 +93,9 @@ func setPodStatus(t *testing.T, ns, name string, phase corev1.PodPhase, ready bo
 	}
 	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status, LastTransitionTime: metav1.Now()}}
 	if phase == corev1.PodRunning {
+		// A running pod has an address (the clone source pod dials the upload pod's).
+		pod.Status.PodIP = "10.244.9.7"
+		pod.Status.PodIPs = []corev1.PodIP{{IP: pod.Status.PodIP}}
 		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: pod.Spec.Containers[0].Name, Ready: ready, Image: pod.Spec.Containers[0].Image, ImageID: "x",
 			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}
 	} else {
@@ -187,7 +190,7 @@ func TestCloneCopySameNamespace(t *testing.T) {
 	}
 	for env, want := range map[string]string{
 		"VOLUME_MODE": "filesystem", "MOUNT_POINT": "/var/run/cdi/clone/source", "OWNER_UID": string(target.UID),
-		"UPLOAD_URL": "https://" + uploadName + "." + ns + ".svc/v1beta1/upload", "PREALLOCATION": "false",
+		"UPLOAD_URL": "https://10.244.9.7:8443/v1beta1/upload", "UPLOAD_SERVER_NAME": uploadName + "." + ns + ".svc", "PREALLOCATION": "false",
 	} {
 		if got := envValue(c, env); got != want {
 			t.Errorf("source pod %s=%q, want %q", env, got, want)
