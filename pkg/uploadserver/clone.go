@@ -75,7 +75,10 @@ func (s *Server) cloneRequest(r *http.Request, m mode) (contentType, refusal str
 func (s *Server) cloneDestination() (cloner.Destination, error) {
 	p := s.cfg.Paths
 	dst := cloner.Destination{Mode: cloner.Filesystem, Path: filepath.Dir(p.DataPath), Preallocate: s.cfg.Preallocation}
-	if fi, err := os.Stat(p.BlockPath); err == nil && (fi.Mode()&os.ModeDevice != 0 || (s.cfg.blockFile && fi.Mode().IsRegular())) {
+	if fi, err := os.Stat(p.BlockPath); err == nil && (fi.Mode()&os.ModeDevice != 0 || (fi.Mode().IsRegular() && (s.cfg.blockFile || !dirExists(dst.Path)))) {
+		// A device, or a regular file where a Block volume is mapped while no
+		// Filesystem volume is mounted (a node that presents Block volumes
+		// as files, as the local test node does).
 		dst.Mode, dst.Path = cloner.Block, p.BlockPath
 		return dst, nil
 	}
@@ -146,4 +149,9 @@ func cloneStatus(err error) int {
 		return http.StatusBadRequest
 	}
 	return http.StatusInternalServerError
+}
+
+func dirExists(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
 }

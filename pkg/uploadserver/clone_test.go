@@ -24,6 +24,7 @@ import (
 	"github.com/kubefill/kubefill/pkg/cloner"
 	"github.com/kubefill/kubefill/pkg/contract"
 	"github.com/kubefill/kubefill/pkg/datapath/testimg"
+	"github.com/kubefill/kubefill/pkg/importer"
 )
 
 // cloneName is the client name the controller gives a clone's upload
@@ -607,5 +608,29 @@ func TestReceivedNeverFull(t *testing.T) {
 	r.srv.received(5, -1)
 	if v := r.srv.progress.Value(); v != maxBeforeDone {
 		t.Errorf("progress %.4f%% after an unknown length, want unchanged", v)
+	}
+}
+
+// A node may present a Block volume as a regular file at the device path
+// (the local test node does): with no Filesystem volume mounted, that file
+// is the Block target; next to a mounted data directory it is not.
+func TestCloneDestinationBlockVolumeAsFile(t *testing.T) {
+	dir := t.TempDir()
+	block := filepath.Join(dir, "cdi-block-volume")
+	if err := os.WriteFile(block, make([]byte, 4096), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "data")
+	s := &Server{cfg: Config{Paths: importer.Paths{BlockPath: block, DataPath: filepath.Join(data, "disk.img")}}}
+	dst, err := s.cloneDestination()
+	if err != nil || dst.Mode != cloner.Block || dst.Path != block {
+		t.Fatalf("without a data directory: %+v, %v; want the Block file", dst, err)
+	}
+	if err := os.Mkdir(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dst, err = s.cloneDestination()
+	if err != nil || dst.Mode != cloner.Filesystem || dst.Path != data {
+		t.Fatalf("with a data directory: %+v, %v; want the Filesystem directory", dst, err)
 	}
 }
