@@ -15,7 +15,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -90,23 +89,7 @@ func randomSuffix() string {
 // namespace creates a namespace the webhooks see, deleted after the test.
 func (s *cloneStack) namespace(t *testing.T, prefix string) string {
 	t.Helper()
-	ctx := testContext(t, time.Minute)
-	ns, err := cl.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-		GenerateName: prefix + "-", Labels: map[string]string{s.adm.NamespaceLabel: "true"},
-	}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("create namespace: %v", err)
-	}
-	t.Cleanup(func() {
-		err := cl.Client.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
-			t.Errorf("delete namespace %s: %v", ns.Name, err)
-		}
-	})
-	if err := cl.WaitServiceAccount(ctx, ns.Name); err != nil {
-		t.Fatalf("namespace %s: %v", ns.Name, err)
-	}
-	return ns.Name
+	return createNamespace(t, prefix+"-", map[string]string{s.adm.NamespaceLabel: "true"})
 }
 
 // classOpts are what a test StorageClass differs in.

@@ -26,13 +26,20 @@ func testContext(t *testing.T, timeout time.Duration) context.Context {
 // newNamespace creates a namespace for one test and deletes it afterwards.
 func newNamespace(t *testing.T) string {
 	t.Helper()
-	ctx := testContext(t, time.Minute)
 	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
 	if len(name) > 40 {
 		name = name[:40]
 	}
+	return createNamespace(t, strings.TrimRight(name, "-")+"-", nil)
+}
+
+// createNamespace creates a namespace named from generateName with labels,
+// waits for its default ServiceAccount, and deletes it after the test.
+func createNamespace(t *testing.T, generateName string, labels map[string]string) string {
+	t.Helper()
+	ctx := testContext(t, time.Minute)
 	ns, err := cl.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: strings.TrimRight(name, "-") + "-"},
+		ObjectMeta: metav1.ObjectMeta{GenerateName: generateName, Labels: labels},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create namespace: %v", err)

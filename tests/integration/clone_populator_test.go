@@ -234,19 +234,7 @@ func TestCloneCopySameNamespace(t *testing.T) {
 	pv := fakeBind(t, prime)
 	setPodStatus(t, ns, sourcePod.Name, corev1.PodSucceeded, false)
 	setPodStatus(t, ns, uploadName, corev1.PodSucceeded, false)
-	kit.Until(t, 30*time.Second, "the populator to point volume "+pv.Name+" at the claim", func() bool {
-		_ = k8sClient.Get(ctx, types.NamespacedName{Name: pv.Name}, pv)
-		return pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.UID == target.UID
-	})
-	_ = k8sClient.Get(ctx, client.ObjectKeyFromObject(target), target)
-	target.Spec.VolumeName = pv.Name
-	if err := k8sClient.Update(ctx, target); err != nil {
-		t.Fatal(err)
-	}
-	target.Status.Phase, target.Status.Capacity = corev1.ClaimBound, pv.Spec.Capacity
-	if err := k8sClient.Status().Update(ctx, target); err != nil {
-		t.Fatal(err)
-	}
+	bindTargetOnceRebound(t, pv, target, "the populator to point volume "+pv.Name+" at the claim")
 	kit.Until(t, 30*time.Second, "the clone to finish: Succeeded, temporary objects and finalizer gone", func() bool {
 		_ = k8sClient.Get(ctx, client.ObjectKeyFromObject(target), target)
 		return target.Annotations[cdiv1.AnnClonePhase] == "Succeeded" && target.Annotations[cdiv1.AnnPopulatedFor] == target.Name &&
@@ -416,5 +404,25 @@ func TestCloneByCSIClone(t *testing.T) {
 	pods := &corev1.PodList{}
 	if err := k8sClient.List(ctx, pods, client.InNamespace(ns)); err != nil || len(pods.Items) != 0 {
 		t.Errorf("a CSI clone ran %d pods (err %v)", len(pods.Items), err)
+	}
+}
+
+// bindTargetOnceRebound waits until the populator points pv's claimRef at
+// target, then does what the PV controller would: binds target to pv.
+func bindTargetOnceRebound(t *testing.T, pv *corev1.PersistentVolume, target *corev1.PersistentVolumeClaim, what string) {
+	t.Helper()
+	ctx := context.Background()
+	kit.Until(t, 30*time.Second, what, func() bool {
+		_ = k8sClient.Get(ctx, types.NamespacedName{Name: pv.Name}, pv)
+		return pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.UID == target.UID
+	})
+	_ = k8sClient.Get(ctx, client.ObjectKeyFromObject(target), target)
+	target.Spec.VolumeName = pv.Name
+	if err := k8sClient.Update(ctx, target); err != nil {
+		t.Fatal(err)
+	}
+	target.Status.Phase, target.Status.Capacity = corev1.ClaimBound, pv.Spec.Capacity
+	if err := k8sClient.Status().Update(ctx, target); err != nil {
+		t.Fatal(err)
 	}
 }

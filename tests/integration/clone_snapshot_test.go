@@ -35,13 +35,7 @@ import (
 // claim; the snapshot goes.
 func TestCloneBySnapshot(t *testing.T) {
 	ctx := context.Background()
-	env := ownEnvironment(t)
-	envCfg, envClient := startOwnControlPlane(t, env, "control plane with the snapshot CRDs")
-	if _, err := envtest.InstallCRDs(envCfg, envtest.CRDInstallOptions{Paths: snapshotCRDPaths(t), ErrorIfPathMissing: true}); err != nil {
-		t.Fatalf("installing the snapshot CRDs: %v", err)
-	}
-	useControlPlane(t, envCfg, envClient)
-	sc := snapshotClient(t)
+	sc := useSnapshotControlPlane(t)
 
 	ns, installNS := newNamespace(t), newNamespace(t)
 	className := ns + "-csi"
@@ -123,19 +117,7 @@ func TestCloneBySnapshot(t *testing.T) {
 	if err := k8sClient.Status().Update(ctx, prime); err != nil {
 		t.Fatal(err)
 	}
-	kit.Until(t, 30*time.Second, "the volume pointed at the claim", func() bool {
-		_ = k8sClient.Get(ctx, types.NamespacedName{Name: pv.Name}, pv)
-		return pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.UID == target.UID
-	})
-	_ = k8sClient.Get(ctx, client.ObjectKeyFromObject(target), target)
-	target.Spec.VolumeName = pv.Name
-	if err := k8sClient.Update(ctx, target); err != nil {
-		t.Fatal(err)
-	}
-	target.Status.Phase, target.Status.Capacity = corev1.ClaimBound, pv.Spec.Capacity
-	if err := k8sClient.Status().Update(ctx, target); err != nil {
-		t.Fatal(err)
-	}
+	bindTargetOnceRebound(t, pv, target, "the volume pointed at the claim")
 	kit.Until(t, 30*time.Second, "the clone to finish, the snapshot and the finalizer gone", func() bool {
 		_ = k8sClient.Get(ctx, client.ObjectKeyFromObject(target), target)
 		return target.Annotations[cdiv1.AnnClonePhase] == "Succeeded" && !controllerutil.ContainsFinalizer(target, cdiv1.FinalizerClonePopulator) &&
@@ -156,13 +138,7 @@ func TestCloneBySnapshot(t *testing.T) {
 // the upload server on the prime.
 func TestCloneSnapshotByCopy(t *testing.T) {
 	ctx := context.Background()
-	env := ownEnvironment(t)
-	envCfg, envClient := startOwnControlPlane(t, env, "control plane with the snapshot CRDs")
-	if _, err := envtest.InstallCRDs(envCfg, envtest.CRDInstallOptions{Paths: snapshotCRDPaths(t), ErrorIfPathMissing: true}); err != nil {
-		t.Fatalf("installing the snapshot CRDs: %v", err)
-	}
-	useControlPlane(t, envCfg, envClient)
-	sc := snapshotClient(t)
+	sc := useSnapshotControlPlane(t)
 	ns, installNS := newNamespace(t), newNamespace(t)
 	srcClass, tgtClass := ns+"-a", ns+"-b"
 	mode := storagev1.VolumeBindingImmediate
@@ -219,4 +195,18 @@ func TestCloneSnapshotByCopy(t *testing.T) {
 	if p := target.Annotations[cdiv1.AnnClonePhase]; p != "HostClone" {
 		t.Errorf("clonePhase %q, want HostClone", p)
 	}
+}
+
+// useSnapshotControlPlane starts a control plane of the test's own with the
+// snapshot CRDs, points the shared clients at it, and returns a client that
+// knows the snapshot types.
+func useSnapshotControlPlane(t *testing.T) client.Client {
+	t.Helper()
+	env := ownEnvironment(t)
+	envCfg, envClient := startOwnControlPlane(t, env, "control plane with the snapshot CRDs")
+	if _, err := envtest.InstallCRDs(envCfg, envtest.CRDInstallOptions{Paths: snapshotCRDPaths(t), ErrorIfPathMissing: true}); err != nil {
+		t.Fatalf("installing the snapshot CRDs: %v", err)
+	}
+	useControlPlane(t, envCfg, envClient)
+	return snapshotClient(t)
 }
