@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes control plane (kube-apiserver, kube-controller-manager,
-# kube-scheduler) and etcd from the Go module proxy, and caches them outside the
+# kube-scheduler), the node components the local cluster runs (kubelet,
+# kube-proxy) and etcd from the Go module proxy, and caches them outside the
 # work tree keyed by version. Prints the directory that holds the binaries, which
 # is what envtest wants in KUBEBUILDER_ASSETS.
 #
 # k8s.io/kubernetes cannot be `go install`ed (its go.mod has replace directives),
 # so we build it from a throwaway wrapper module that pins every staging module
-# to its published tag.
+# to its published tag. The Kubernetes binaries come from one `go build`, so
+# kubelet and kube-proxy reuse the packages the control plane compiled.
 set -euo pipefail
 # shellcheck source=lib/wrapper.sh
 . "$(dirname "$0")/lib/wrapper.sh"
@@ -15,7 +17,7 @@ K8S_VERSION="${K8S_VERSION:-v1.37.2}"
 STAGING_VERSION="v0.${K8S_VERSION#v1.}"
 CACHE_ROOT="${KUBEFILL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kubefill}"
 OUT="$CACHE_ROOT/testbin/$K8S_VERSION"
-BINARIES=(kube-apiserver kube-controller-manager kube-scheduler etcd)
+BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy etcd)
 
 have_all() {
   for b in "${BINARIES[@]}"; do [ -x "$OUT/$b" ] || return 1; done
@@ -28,8 +30,8 @@ claim_build "$OUT" have_all && exit 0
 
 log() { echo "testbin: $*" >&2; }
 start=$(date +%s)
-log "building control plane $K8S_VERSION (kube-apiserver, kube-controller-manager, kube-scheduler, etcd) into $OUT"
-log "this cold build takes about 16 minutes on 2 cores (once; later runs reuse the cache)"
+log "building Kubernetes $K8S_VERSION (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy) and etcd into $OUT"
+log "this cold build takes about 20 minutes on 2 cores (once; later runs reuse the cache)"
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -55,6 +57,8 @@ k8s_gomod=$(gomod_of "k8s.io/kubernetes@$K8S_VERSION")
 go get "k8s.io/kubernetes/cmd/kube-apiserver@$K8S_VERSION" \
        "k8s.io/kubernetes/cmd/kube-controller-manager@$K8S_VERSION" \
        "k8s.io/kubernetes/cmd/kube-scheduler@$K8S_VERSION" \
+       "k8s.io/kubernetes/cmd/kubelet@$K8S_VERSION" \
+       "k8s.io/kubernetes/cmd/kube-proxy@$K8S_VERSION" \
        go.etcd.io/etcd/server/v3 >&2
 
 minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
@@ -68,7 +72,10 @@ mkdir -p "$work/bin"
 go build -trimpath -ldflags "$ldflags" -o "$work/bin/" \
   k8s.io/kubernetes/cmd/kube-apiserver \
   k8s.io/kubernetes/cmd/kube-controller-manager \
-  k8s.io/kubernetes/cmd/kube-scheduler >&2
+  k8s.io/kubernetes/cmd/kube-scheduler \
+  k8s.io/kubernetes/cmd/kubelet \
+  k8s.io/kubernetes/cmd/kube-proxy >&2
+log "Kubernetes binaries built in $(( $(date +%s) - start ))s"
 go build -trimpath -ldflags "-s -w" -o "$work/bin/etcd" go.etcd.io/etcd/server/v3 >&2
 
 publish_dir "$work/bin" "$OUT"
