@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -25,16 +23,71 @@ const Version = "0.1.0"
 // defaultVolumeSize is used when a CreateVolume asks for no capacity.
 const defaultVolumeSize int64 = 1 << 30
 
+// Mode says which CSI services a driver process serves.
+type Mode string
+
+const (
+	// ModeAll serves Identity, Controller and Node from one process on the
+	// host (the node agent's setup).
+	ModeAll Mode = "all"
+	// ModeController serves Identity and Controller, for the sidecars on
+	// the host (provisioner, snapshotter, resizer).
+	ModeController Mode = "controller"
+	// ModeNode serves Identity and Node, as the node plugin kubelet calls.
+	ModeNode Mode = "node"
+)
+
+// ParseMode reads a --mode value ("" is ModeAll).
+func ParseMode(s string) (Mode, error) {
+	switch m := Mode(s); m {
+	case "":
+		return ModeAll, nil
+	case ModeAll, ModeController, ModeNode:
+		return m, nil
+	}
+	return "", fmt.Errorf("unknown mode %q (want all, controller or node)", s)
+}
+
+func (m Mode) controller() bool { return m == ModeAll || m == ModeController }
+func (m Mode) node() bool       { return m == ModeAll || m == ModeNode }
+
+// BlockPublish says how NodePublishVolume places a Block volume at its
+// target path.
+type BlockPublish string
+
+const (
+	// BlockPublishLoop attaches the backing file to a loop device and
+	// bind-mounts the device node at the target: what kubelet needs.
+	BlockPublishLoop BlockPublish = "loop"
+	// BlockPublishFile bind-mounts the backing file itself at the target:
+	// what the node agent's host processes use.
+	BlockPublishFile BlockPublish = "file"
+)
+
 // Config configures a Driver.
 type Config struct {
 	// Name is the CSI driver name, DNS-like (hostpath.csi.kubefill.test).
 	Name string
 	// Endpoint is the unix socket path to serve on.
 	Endpoint string
-	// DataDir holds the volumes and snapshots.
+	// DataDir holds the volumes and snapshots. A controller-mode and a
+	// node-mode process may share it; both must see it at the same path.
 	DataDir string
-	// NodeID is what NodeGetInfo reports (the Node's name).
+	// NodeID is what NodeGetInfo reports (the Node's name). Required when
+	// the Node service is served.
 	NodeID string
+	// Mode picks the services. Default ModeAll.
+	Mode Mode
+	// RegistrationSocket, when set, is where the driver serves kubelet's
+	// plugin registration API (<kubelet-root>/plugins_registry/<name>-reg.sock).
+	// Only with the Node service.
+	RegistrationSocket string
+	// KubeletEndpoint is the CSI socket path kubelet must dial, reported at
+	// registration. Default: Endpoint.
+	KubeletEndpoint string
+	// BlockPublish picks how Block volumes are published. Default: loop
+	// devices in ModeNode, the backing file otherwise.
+	BlockPublish BlockPublish
 	// Logf receives one line per call. Default: discard.
 	Logf func(format string, args ...any)
 }
@@ -47,6 +100,7 @@ type Driver struct {
 
 	cfg   Config
 	store *store
+	reg   *registrar
 	// mu serialises every call: volumes are small and tests are what run
 	// against this driver, so simplicity wins over concurrency.
 	mu sync.Mutex
@@ -54,8 +108,33 @@ type Driver struct {
 
 // New checks the config and prepares the data directory.
 func New(cfg Config) (*Driver, error) {
-	if cfg.Name == "" || cfg.Endpoint == "" || cfg.DataDir == "" || cfg.NodeID == "" {
-		return nil, errors.New("hostpath CSI driver: name, endpoint, data dir and node id are all required")
+	if cfg.Mode == "" {
+		cfg.Mode = ModeAll
+	}
+	if _, err := ParseMode(string(cfg.Mode)); err != nil {
+		return nil, fmt.Errorf("hostpath CSI driver: %w", err)
+	}
+	if cfg.Name == "" || cfg.Endpoint == "" || cfg.DataDir == "" {
+		return nil, errors.New("hostpath CSI driver: name, endpoint and data dir are all required")
+	}
+	if cfg.Mode.node() && cfg.NodeID == "" {
+		return nil, errors.New("hostpath CSI driver: the node service needs a node id")
+	}
+	if cfg.RegistrationSocket != "" && !cfg.Mode.node() {
+		return nil, fmt.Errorf("hostpath CSI driver: kubelet registration needs the node service, not mode %s", cfg.Mode)
+	}
+	if cfg.KubeletEndpoint == "" {
+		cfg.KubeletEndpoint = cfg.Endpoint
+	}
+	switch cfg.BlockPublish {
+	case "":
+		cfg.BlockPublish = BlockPublishFile
+		if cfg.Mode == ModeNode {
+			cfg.BlockPublish = BlockPublishLoop
+		}
+	case BlockPublishLoop, BlockPublishFile:
+	default:
+		return nil, fmt.Errorf("hostpath CSI driver: unknown block publish %q (want loop or file)", cfg.BlockPublish)
 	}
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
@@ -64,33 +143,55 @@ func New(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hostpath CSI driver: %w", err)
 	}
-	return &Driver{cfg: cfg, store: st}, nil
+	d := &Driver{cfg: cfg, store: st}
+	if cfg.RegistrationSocket != "" {
+		d.reg = &registrar{name: cfg.Name, endpoint: cfg.KubeletEndpoint, logf: cfg.Logf}
+	}
+	return d, nil
 }
 
-// Serve listens on the unix socket and serves until ctx is done.
+// Serve listens on the unix socket (and the registration socket, if any)
+// and serves until ctx is done.
 func (d *Driver) Serve(ctx context.Context) error {
-	if err := os.MkdirAll(filepath.Dir(d.cfg.Endpoint), 0o755); err != nil {
-		return fmt.Errorf("create socket dir: %w", err)
-	}
-	if err := os.Remove(d.cfg.Endpoint); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove stale socket: %w", err)
-	}
-	lis, err := net.Listen("unix", d.cfg.Endpoint)
+	lis, err := listenUnix(d.cfg.Endpoint)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", d.cfg.Endpoint, err)
+		return err
 	}
 	srv := grpc.NewServer(grpc.UnaryInterceptor(d.logCalls))
 	csi.RegisterIdentityServer(srv, d)
-	csi.RegisterControllerServer(srv, d)
-	csi.RegisterNodeServer(srv, d)
+	if d.cfg.Mode.controller() {
+		csi.RegisterControllerServer(srv, d)
+	}
+	if d.cfg.Mode.node() {
+		csi.RegisterNodeServer(srv, d)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	regDone := make(chan error, 1)
+	if d.reg != nil {
+		// The CSI socket listens already, so kubelet can dial it as soon
+		// as it sees the registration socket.
+		go func() {
+			err := d.reg.serve(ctx, d.cfg.RegistrationSocket)
+			if err != nil {
+				cancel()
+			}
+			regDone <- err
+		}()
+	} else {
+		regDone <- nil
+	}
 	go func() {
 		<-ctx.Done()
 		srv.GracefulStop()
 	}()
-	if err := srv.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+	err = srv.Serve(lis)
+	cancel()
+	regErr := <-regDone
+	if err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		return fmt.Errorf("serve CSI: %w", err)
 	}
-	return nil
+	return regErr
 }
 
 // logCalls logs one line per call: the method, for CreateVolume and
@@ -154,10 +255,13 @@ func (d *Driver) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi
 }
 
 func (d *Driver) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
-	return &csi.GetPluginCapabilitiesResponse{Capabilities: []*csi.PluginCapability{
-		{Type: &csi.PluginCapability_Service_{Service: &csi.PluginCapability_Service{Type: csi.PluginCapability_Service_CONTROLLER_SERVICE}}},
+	caps := []*csi.PluginCapability{
 		{Type: &csi.PluginCapability_VolumeExpansion_{VolumeExpansion: &csi.PluginCapability_VolumeExpansion{Type: csi.PluginCapability_VolumeExpansion_ONLINE}}},
-	}}, nil
+	}
+	if d.cfg.Mode.controller() {
+		caps = append(caps, &csi.PluginCapability{Type: &csi.PluginCapability_Service_{Service: &csi.PluginCapability_Service{Type: csi.PluginCapability_Service_CONTROLLER_SERVICE}}})
+	}
+	return &csi.GetPluginCapabilitiesResponse{Capabilities: caps}, nil
 }
 
 func (d *Driver) Probe(context.Context, *csi.ProbeRequest) (*csi.ProbeResponse, error) {
@@ -322,6 +426,9 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 		if sv.CapacityBytes > size {
 			return nil, status.Errorf(codes.OutOfRange, "source volume %s has %d bytes, more than the requested %d", fromVol, sv.CapacityBytes, size)
 		}
+		if block {
+			d.flushLoops(d.store.volData(sv))
+		}
 		if err := copyData(d.store.volData(sv), d.store.volData(v), block, size); err != nil {
 			_ = removeData(d.store.volData(v))
 			return nil, status.Errorf(codes.Internal, "clone volume %s: %v", fromVol, err)
@@ -368,13 +475,24 @@ func (d *Driver) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 	if v == nil {
 		return &csi.DeleteVolumeResponse{}, nil
 	}
-	for target := range v.Published {
+	// The node side's records are read only, and only trusted while the
+	// target is still mounted: a node plugin that went away leaves stale ones.
+	pubs, err := d.store.publications(v.ID)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "read publications: %v", err)
+	}
+	for target := range pubs {
 		if mounted, _ := isMountPoint(target); mounted {
 			return nil, status.Errorf(codes.FailedPrecondition, "volume %s is still published at %s", v.ID, target)
 		}
 	}
 	if err := removeData(d.store.volData(v)); err != nil {
 		return nil, status.Errorf(codes.Internal, "%v", err)
+	}
+	// Stale records of a volume that is gone would otherwise stay forever
+	// (the one place the controller side touches published/).
+	if err := os.Remove(d.store.pubMeta(v.ID)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		d.cfg.Logf("remove stale publications of %s: %v", v.ID, err)
 	}
 	if err := os.Remove(d.store.volMeta(v.ID)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, status.Errorf(codes.Internal, "remove volume metadata: %v", err)
@@ -434,6 +552,10 @@ func (d *Driver) ControllerExpandVolume(ctx context.Context, req *csi.Controller
 			if err := os.Truncate(d.store.volData(v), size); err != nil {
 				return nil, status.Errorf(codes.Internal, "grow block file: %v", err)
 			}
+			// A loop device keeps its old size until told: the
+			// published device grows with the file, as online expansion
+			// promises. Best effort; the node refreshes it on publish too.
+			d.refreshLoops(d.store.volData(v))
 		}
 		v.CapacityBytes = size
 		if err := d.store.saveVolume(v); err != nil {
@@ -474,6 +596,9 @@ func (d *Driver) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequ
 		return nil, status.Errorf(codes.NotFound, "source volume %s does not exist", req.GetSourceVolumeId())
 	}
 	sn := &snapshot{ID: id, Name: req.GetName(), SourceVolumeID: v.ID, Block: v.Block, CreationTime: time.Now().UTC()}
+	if v.Block {
+		d.flushLoops(d.store.volData(v))
+	}
 	if err := copyData(d.store.volData(v), d.store.snapData(sn), v.Block, 0); err != nil {
 		_ = removeData(d.store.snapData(sn))
 		return nil, status.Errorf(codes.Internal, "copy volume %s: %v", v.ID, err)
@@ -559,106 +684,4 @@ func (d *Driver) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsReques
 		resp.NextToken = strconv.Itoa(end)
 	}
 	return resp, nil
-}
-
-// Node service.
-
-func (d *Driver) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
-	return &csi.NodeGetCapabilitiesResponse{}, nil
-}
-
-func (d *Driver) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
-	return &csi.NodeGetInfoResponse{NodeId: d.cfg.NodeID}, nil
-}
-
-func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
-	if req.GetVolumeId() == "" {
-		return nil, status.Error(codes.InvalidArgument, "volume id is required")
-	}
-	if req.GetTargetPath() == "" {
-		return nil, status.Error(codes.InvalidArgument, "target path is required")
-	}
-	if req.GetVolumeCapability() == nil {
-		return nil, status.Error(codes.InvalidArgument, "volume capability is required")
-	}
-	block, err := accessType([]*csi.VolumeCapability{req.GetVolumeCapability()})
-	if err != nil {
-		return nil, err
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	v, err := d.store.getVolume(req.GetVolumeId())
-	if err != nil {
-		return nil, status.Errorf(codes.Internal, "read volume: %v", err)
-	}
-	if v == nil {
-		return nil, status.Errorf(codes.NotFound, "volume %s does not exist", req.GetVolumeId())
-	}
-	if v.Block != block {
-		return nil, status.Errorf(codes.InvalidArgument, "volume %s is a %s volume, not %s", v.ID, kind(v.Block), kind(block))
-	}
-	target := req.GetTargetPath()
-	mounted, err := isMountPoint(target)
-	if err != nil {
-		return nil, status.Errorf(codes.Internal, "check target: %v", err)
-	}
-	if mounted {
-		if ro, ok := v.Published[target]; ok && ro == req.GetReadonly() {
-			return &csi.NodePublishVolumeResponse{}, nil
-		}
-		return nil, status.Errorf(codes.AlreadyExists, "%s is already mounted with other options", target)
-	}
-	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-		return nil, status.Errorf(codes.Internal, "create target parent: %v", err)
-	}
-	if block {
-		f, err := os.OpenFile(target, os.O_CREATE|os.O_RDONLY, 0o644)
-		if err != nil {
-			return nil, status.Errorf(codes.Internal, "create target file: %v", err)
-		}
-		f.Close()
-	} else if err := os.MkdirAll(target, 0o755); err != nil {
-		return nil, status.Errorf(codes.Internal, "create target dir: %v", err)
-	}
-	if err := bindMount(d.store.volData(v), target, req.GetReadonly()); err != nil {
-		return nil, status.Errorf(codes.Internal, "%v", err)
-	}
-	if v.Published == nil {
-		v.Published = map[string]bool{}
-	}
-	v.Published[target] = req.GetReadonly()
-	if err := d.store.saveVolume(v); err != nil {
-		_ = unmountAll(target)
-		return nil, status.Errorf(codes.Internal, "save volume: %v", err)
-	}
-	return &csi.NodePublishVolumeResponse{}, nil
-}
-
-func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
-	if req.GetVolumeId() == "" {
-		return nil, status.Error(codes.InvalidArgument, "volume id is required")
-	}
-	if req.GetTargetPath() == "" {
-		return nil, status.Error(codes.InvalidArgument, "target path is required")
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	target := req.GetTargetPath()
-	if err := unmountAll(target); err != nil {
-		return nil, status.Errorf(codes.Internal, "%v", err)
-	}
-	if err := os.Remove(target); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, status.Errorf(codes.Internal, "remove target: %v", err)
-	}
-	v, err := d.store.getVolume(req.GetVolumeId())
-	if err != nil {
-		return nil, status.Errorf(codes.Internal, "read volume: %v", err)
-	}
-	if v != nil && v.Published != nil {
-		delete(v.Published, target)
-		if err := d.store.saveVolume(v); err != nil {
-			return nil, status.Errorf(codes.Internal, "save volume: %v", err)
-		}
-	}
-	return &csi.NodeUnpublishVolumeResponse{}, nil
 }

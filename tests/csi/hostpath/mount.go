@@ -27,16 +27,20 @@ func isMountPoint(path string) (bool, error) {
 	return slices.Contains(mounts, abs), nil
 }
 
-// bindMount mounts src at target, read-only when asked. A read-only bind
-// needs a second, remounting call.
-func bindMount(src, target string, readOnly bool) error {
+// bindMount mounts src at target, read-only when asked, with extra
+// per-mount flags (MS_NOSUID, ...). The kernel ignores flags on the first
+// bind call: they need a second, remounting one.
+func bindMount(src, target string, readOnly bool, flags uintptr) error {
 	if err := syscall.Mount(src, target, "", syscall.MS_BIND, ""); err != nil {
 		return fmt.Errorf("bind-mount %s at %s: %w", src, target, err)
 	}
 	if readOnly {
-		if err := syscall.Mount("", target, "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY, ""); err != nil {
+		flags |= syscall.MS_RDONLY
+	}
+	if flags != 0 {
+		if err := syscall.Mount("", target, "", syscall.MS_BIND|syscall.MS_REMOUNT|flags, ""); err != nil {
 			_ = syscall.Unmount(target, syscall.MNT_DETACH)
-			return fmt.Errorf("remount %s read-only: %w", target, err)
+			return fmt.Errorf("remount %s with flags %#x: %w", target, flags, err)
 		}
 	}
 	return nil

@@ -29,8 +29,14 @@ type volume struct {
 	FromSnapshot  string            `json:"fromSnapshot,omitempty"`
 	FromVolume    string            `json:"fromVolume,omitempty"`
 	Parameters    map[string]string `json:"parameters,omitempty"`
-	// Published maps target paths to whether they are read-only.
-	Published map[string]bool `json:"published,omitempty"`
+}
+
+// publication is one NodePublishVolume the node side made.
+type publication struct {
+	ReadOnly bool `json:"readOnly"`
+	// Device is the loop device a Block volume was published through ("" for
+	// Filesystem volumes and for Block volumes published as a file).
+	Device string `json:"device,omitempty"`
 }
 
 // snapshot is the metadata the driver keeps for a snapshot.
@@ -50,14 +56,18 @@ type snapshot struct {
 //	volumes/<id>.img       a Block volume's bytes
 //	snapshots/<id>.json    metadata
 //	snapshots/<id>/ or snapshots/<id>.img   the copied content
+//	published/<volume id>.json   the node side's publications of a volume
 //
-// It does no locking; the driver serialises calls.
+// It does no locking; the driver serialises calls. A controller-mode and a
+// node-mode process may share the directory: each file has one writer (the
+// controller writes volumes/ and snapshots/, the node writes published/),
+// every write is a rename of a complete file, and the other side only reads.
 type store struct {
 	dir string
 }
 
 func newStore(dir string) (*store, error) {
-	for _, sub := range []string{"volumes", "snapshots"} {
+	for _, sub := range []string{"volumes", "snapshots", "published"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
 			return nil, fmt.Errorf("create %s dir: %w", sub, err)
 		}
@@ -74,6 +84,7 @@ func idFor(prefix, name string) string {
 
 func (s *store) volMeta(id string) string  { return filepath.Join(s.dir, "volumes", id+".json") }
 func (s *store) snapMeta(id string) string { return filepath.Join(s.dir, "snapshots", id+".json") }
+func (s *store) pubMeta(id string) string  { return filepath.Join(s.dir, "published", id+".json") }
 
 // volData is where a volume's content lives.
 func (s *store) volData(v *volume) string {
@@ -144,6 +155,36 @@ func (s *store) getSnapshot(id string) (*snapshot, error) {
 
 func (s *store) saveVolume(v *volume) error      { return writeJSON(s.volMeta(v.ID), v) }
 func (s *store) saveSnapshot(sn *snapshot) error { return writeJSON(s.snapMeta(sn.ID), sn) }
+
+// publications maps a volume's target paths to their publications.
+func (s *store) publications(id string) (map[string]publication, error) {
+	if !validID(id) {
+		return nil, nil
+	}
+	p, err := readJSON[map[string]publication](s.pubMeta(id))
+	if errors.Is(err, fs.ErrNotExist) {
+		return map[string]publication{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if *p == nil {
+		return map[string]publication{}, nil
+	}
+	return *p, nil
+}
+
+// savePublications writes a volume's publications, removing the file when
+// there are none.
+func (s *store) savePublications(id string, pubs map[string]publication) error {
+	if len(pubs) == 0 {
+		if err := os.Remove(s.pubMeta(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	return writeJSON(s.pubMeta(id), pubs)
+}
 
 func (s *store) listSnapshots() ([]*snapshot, error) {
 	matches, err := filepath.Glob(filepath.Join(s.dir, "snapshots", "*.json"))
