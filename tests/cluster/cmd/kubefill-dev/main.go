@@ -84,16 +84,31 @@ func runCSIDriver(args []string) error {
 	fs := flag.NewFlagSet("csi-driver", flag.ExitOnError)
 	name := fs.String("name", "hostpath.csi.kubefill.test", "CSI driver name")
 	endpoint := fs.String("endpoint", "", "unix socket path to serve on")
-	dataDir := fs.String("data-dir", "", "directory that holds volumes and snapshots")
-	nodeID := fs.String("node-id", "", "node id reported by NodeGetInfo")
+	dataDir := fs.String("data-dir", "", "directory that holds volumes and snapshots (the same path for every process that shares it)")
+	nodeID := fs.String("node-id", "", "node id reported by NodeGetInfo (required with the node service)")
+	mode := fs.String("mode", string(hostpath.ModeAll), "services to serve: all, controller (Identity+Controller, for the sidecars) or node (Identity+Node, for kubelet)")
+	regSocket := fs.String("registration-socket", "", "serve kubelet's plugin registration API here (<kubelet-root>/plugins_registry/<name>-reg.sock); node or all mode")
+	kubeletEndpoint := fs.String("kubelet-endpoint", "", "CSI socket path kubelet dials, as registered (default: --endpoint)")
+	blockPublish := fs.String("block-publish", "", "how Block volumes are published: loop (a loop device node, for kubelet) or file (the backing file, for the node agent); default loop in node mode, file otherwise")
 	_ = fs.Parse(args)
-	d, err := hostpath.New(hostpath.Config{Name: *name, Endpoint: *endpoint, DataDir: *dataDir, NodeID: *nodeID, Logf: log.Printf})
+	m, err := hostpath.ParseMode(*mode)
+	if err != nil {
+		return err
+	}
+	d, err := hostpath.New(hostpath.Config{
+		Name: *name, Endpoint: *endpoint, DataDir: *dataDir, NodeID: *nodeID, Mode: m,
+		RegistrationSocket: *regSocket, KubeletEndpoint: *kubeletEndpoint,
+		BlockPublish: hostpath.BlockPublish(*blockPublish), Logf: log.Printf,
+	})
 	if err != nil {
 		return err
 	}
 	ctx, cancel := signalContext()
 	defer cancel()
-	log.Printf("hostpath CSI driver %s serving on %s", *name, *endpoint)
+	log.Printf("hostpath CSI driver %s (mode %s) serving on %s", *name, m, *endpoint)
+	if *regSocket != "" {
+		log.Printf("hostpath CSI driver %s: kubelet registration on %s", *name, *regSocket)
+	}
 	return d.Serve(ctx)
 }
 
