@@ -84,7 +84,31 @@ func (p *hostClonePhase) Reconcile(ctx context.Context, f *populators.Flow) (pop
 		return up, nil
 	}
 	src.Done = false
-	return src, nil
+	return betweenAttempts(src, f.Target.Annotations), nil
+}
+
+// The base worker's reasons for a failed worker pod that will run again,
+// and for the wait before the next one starts.
+const (
+	reasonWorkerRetrying = "Retrying"
+	reasonWorkerBackoff  = "Backoff"
+)
+
+// betweenAttempts keeps a failed source pod visible until the next one
+// runs: the failure is a Warning event, and while the next attempt is held
+// off the target keeps the failure's message ("attempt 1 failed: …;
+// retrying in 10s") instead of a bare "waiting". target is the target's
+// annotations, where the last message is. Pure.
+func betweenAttempts(res populators.Result, target map[string]string) populators.Result {
+	switch res.Reason {
+	case reasonWorkerRetrying:
+		res.Event = corev1.EventTypeWarning
+	case reasonWorkerBackoff:
+		if target[cdiv1.AnnRunningConditionReason] == reasonWorkerRetrying && target[cdiv1.AnnRunningConditionMessage] != "" {
+			res.Reason, res.Message = reasonWorkerRetrying, target[cdiv1.AnnRunningConditionMessage]
+		}
+	}
+	return res
 }
 
 // Cleanup implements populators.Cleaner: the pods, the Service and the
