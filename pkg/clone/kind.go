@@ -3,14 +3,17 @@ package clone
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v6/apis/volumesnapshot/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 	"github.com/kubefill/kubefill/pkg/populators"
@@ -159,14 +162,95 @@ func (k *Kind) Finalize(ctx context.Context, target *corev1.PersistentVolumeClai
 }
 
 // Watches implements populators.Watcher: the temporary VolumeSnapshots
-// bring their target back when they become ready.
+// bring their target back when they become ready; a clone's source claim
+// or VolumeSnapshot, and its VolumeCloneSource, bring back the targets
+// waiting for them (a source created late, bound, or ready) at once
+// instead of at their next requeue.
 func (k *Kind) Watches(b *builder.Builder) *builder.Builder {
+	b = b.Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, obj client.Object) []ctrl.Request {
+		return k.sourceTargets(ctx, obj, "PersistentVolumeClaim")
+	})).Watches(&cdiv1.VolumeCloneSource{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, obj client.Object) []ctrl.Request {
+		vcs, ok := obj.(*cdiv1.VolumeCloneSource)
+		if !ok {
+			return nil
+		}
+		return k.cloneSourceTargets(ctx, vcs)
+	}))
 	if !k.Snapshots {
 		return b
 	}
-	return b.Watches(&snapshotv1.VolumeSnapshot{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []ctrl.Request {
-		return populators.TargetRequests(obj)
+	return b.Watches(&snapshotv1.VolumeSnapshot{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, obj client.Object) []ctrl.Request {
+		if reqs := populators.TargetRequests(obj); len(reqs) > 0 {
+			return reqs // a temporary snapshot
+		}
+		return k.sourceTargets(ctx, obj, "VolumeSnapshot")
 	}))
+}
+
+// sourceTargets maps a claim or VolumeSnapshot to the targets of the
+// VolumeCloneSources of its namespace that name it as their source (kind).
+// The lists are the manager's cache.
+func (k *Kind) sourceTargets(ctx context.Context, obj client.Object, kind string) []ctrl.Request {
+	list := &cdiv1.VolumeCloneSourceList{}
+	if err := k.Client.List(ctx, list, client.InNamespace(obj.GetNamespace())); err != nil {
+		log.FromContext(ctx).Error(err, "listing VolumeCloneSources to find the clones of a source", "namespace", obj.GetNamespace())
+		return nil
+	}
+	var reqs []ctrl.Request
+	for i := range list.Items {
+		if NamesSource(&list.Items[i], kind, obj.GetName()) {
+			reqs = append(reqs, k.cloneSourceTargets(ctx, &list.Items[i])...)
+		}
+	}
+	return reqs
+}
+
+// NamesSource reports whether vcs clones the kind (PersistentVolumeClaim,
+// VolumeSnapshot) named name, in its own namespace. Pure.
+func NamesSource(vcs *cdiv1.VolumeCloneSource, kind, name string) bool {
+	src := vcs.Spec.Source
+	srcKind := src.Kind
+	if srcKind == "" {
+		srcKind = "PersistentVolumeClaim"
+	}
+	return srcKind == kind && src.Name == name
+}
+
+// cloneSourceTargets are the claims whose dataSourceRef names vcs. A
+// DataVolume's VolumeCloneSource names its DataVolume, whose claim has its
+// name; any other is looked for among the cached claims.
+func (k *Kind) cloneSourceTargets(ctx context.Context, vcs *cdiv1.VolumeCloneSource) []ctrl.Request {
+	if key, ok := DataVolumeOf(vcs); ok {
+		return []ctrl.Request{{NamespacedName: key}}
+	}
+	claims := &corev1.PersistentVolumeClaimList{}
+	if err := k.Client.List(ctx, claims); err != nil {
+		log.FromContext(ctx).Error(err, "listing claims to find the clones of a VolumeCloneSource", "namespace", vcs.Namespace, "name", vcs.Name)
+		return nil
+	}
+	var reqs []ctrl.Request
+	for i := range claims.Items {
+		pvc := &claims.Items[i]
+		if populators.Handles(pvc, cdiv1.VolumeCloneSourceRef) && pvc.Spec.DataSourceRef.Name == vcs.Name && populators.SourceNamespace(pvc) == vcs.Namespace {
+			reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(pvc)})
+		}
+	}
+	return reqs
+}
+
+// DataVolumeOf names the DataVolume a VolumeCloneSource was made for (its
+// claim has the same name): its controller in the same namespace, or
+// cdi.kubevirt.io/ownedByDataVolume across namespaces. Pure.
+func DataVolumeOf(vcs *cdiv1.VolumeCloneSource) (types.NamespacedName, bool) {
+	if ref := vcs.Annotations[cdiv1.AnnOwnedByDataVolume]; ref != "" {
+		if ns, name, ok := strings.Cut(ref, "/"); ok && ns != "" && name != "" {
+			return types.NamespacedName{Namespace: ns, Name: name}, true
+		}
+	}
+	if owner := metav1.GetControllerOf(vcs); owner != nil && owner.Kind == "DataVolume" {
+		return types.NamespacedName{Namespace: vcs.Namespace, Name: owner.Name}, true
+	}
+	return types.NamespacedName{}, false
 }
 
 // PhaseAnnotations implements populators.PhaseReporter: the clone's phase

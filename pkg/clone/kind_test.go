@@ -153,3 +153,23 @@ func TestPhaseAnnotations(t *testing.T) {
 }
 
 func fmtS(f string, a ...any) string { return fmt.Sprintf(f, a...) }
+
+func TestSourceMapping(t *testing.T) {
+	vcs := &cdiv1.VolumeCloneSource{ObjectMeta: metav1.ObjectMeta{Namespace: "src", Name: "volume-clone-source-x"},
+		Spec: cdiv1.VolumeCloneSourceSpec{Source: corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: "golden"}}}
+	if !NamesSource(vcs, "PersistentVolumeClaim", "golden") || NamesSource(vcs, "VolumeSnapshot", "golden") || NamesSource(vcs, "PersistentVolumeClaim", "other") {
+		t.Error("NamesSource of a claim source")
+	}
+	if _, ok := DataVolumeOf(vcs); ok {
+		t.Error("a bare VolumeCloneSource names no DataVolume")
+	}
+	vcs.Annotations = map[string]string{cdiv1.AnnOwnedByDataVolume: "tgt/disk"}
+	if key, ok := DataVolumeOf(vcs); !ok || key.String() != "tgt/disk" {
+		t.Errorf("cross-namespace: %v %v", key, ok)
+	}
+	vcs.Annotations = nil
+	vcs.OwnerReferences = []metav1.OwnerReference{{Kind: "DataVolume", Name: "disk", Controller: ptr.To(true)}}
+	if key, ok := DataVolumeOf(vcs); !ok || key.String() != "src/disk" {
+		t.Errorf("same namespace: %v %v", key, ok)
+	}
+}

@@ -79,6 +79,10 @@ func (r *DataVolumeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return fmt.Errorf("adding snapshot.storage.k8s.io/v1 to the scheme: %w", err)
 		}
 	}
+	b, err := r.watchCloneSources(mgr, b)
+	if err != nil {
+		return err
+	}
 	return b.Complete(r)
 }
 
@@ -123,15 +127,10 @@ func (r *DataVolumeReconciler) reconcileClaim(ctx context.Context, dv *cdiv1.Dat
 	kind := kindOf(dv)
 	if err == nil {
 		if metav1.IsControlledBy(pvc, dv) {
-			var src *CloneSource
 			if kind != nil && kind.clone {
-				if src, err = r.syncCloneClaim(ctx, dv, pvc); err != nil {
-					return ClaimView{}, err
-				}
+				return r.cloneClaimView(ctx, dv, pvc)
 			}
-			view, err := r.viewOf(ctx, pvc)
-			view.CloneSource = src
-			return view, err
+			return r.viewOf(ctx, pvc)
 		}
 		return r.adopt(ctx, dv, pvc)
 	}

@@ -13,8 +13,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 	"github.com/kubefill/kubefill/pkg/clone"
@@ -32,7 +36,40 @@ const (
 	reasonDataSourceMissing = "DataSourceNotFound"
 	reasonDataSourceNotRdy  = "DataSourceNotReady"
 	reasonCloneSourceNotRdy = "CloneSourceNotReady"
+	// reasonCloneTokenNotMinted: the controller could not sign the
+	// extended clone token (its key Secret is missing or unreadable).
+	reasonCloneTokenNotMinted = "CloneTokenNotMinted"
+	// reasonWaitForFirstConsumer: the claim's class binds on first consumer
+	// and no pod uses the claim yet.
+	reasonWaitForFirstConsumer = "WaitForFirstConsumer"
 )
+
+// withConsumerWait says in a clone's view why it has not started when its
+// claim waits for a first consumer: the populator does not start before a
+// pod using the claim is scheduled, and nothing else would tell the user.
+// A view that already explains itself, or a clone the populator has
+// begun, is left alone. Pure.
+func withConsumerWait(view ClaimView) ClaimView {
+	pvc := view.Claim
+	if pvc == nil || !view.WaitsForConsumer || view.Problem != "" || pvc.Annotations[cdiv1.AnnClonePhase] != "" ||
+		pvc.Annotations[cdiv1.AnnRunningConditionReason] != "" {
+		return view
+	}
+	view.ProblemReason = reasonWaitForFirstConsumer
+	view.Problem = fmt.Sprintf("PVC %s waits for its first consumer: StorageClass %s binds a volume only once a pod using the claim is scheduled "+
+		"(volumeBindingMode WaitForFirstConsumer), and the clone starts then; start the VM or a pod that uses PVC %s, "+
+		"or clone into a StorageClass with Immediate binding", pvc.Name, ptr.Deref(pvc.Spec.StorageClassName, ""), pvc.Name)
+	return view
+}
+
+// tokenNotMinted is the wait of a clone whose extended token the
+// controller cannot sign: not a silent retry, the user (or the admin) is
+// told where the key lives. Pure but for the event.
+func (r *DataVolumeReconciler) tokenNotMinted(dv *cdiv1.DataVolume, src CloneSource, what string, err error) ClaimView {
+	msg := fmt.Sprintf("cannot sign the %s (%v): the controller signs it with the key in Secret %s of its install namespace; "+
+		"make sure the controller can read (or create) that Secret; the clone goes on by itself once it can", what, err, DefaultExtendedTokenKeySecret)
+	return r.wait(dv, corev1.EventTypeWarning, reasonCloneTokenNotMinted, msg, &src)
+}
 
 // wait is a ClaimView for a clone that cannot go on yet: Running says why,
 // an event says it once, and the DataVolume is looked at again soon.
@@ -109,7 +146,7 @@ func (r *DataVolumeReconciler) ensureExtendedToken(ctx context.Context, dv *cdiv
 	}
 	ext, err := r.ExtendedTokens.Generate(token.WithUID(short, string(dv.UID)))
 	if err != nil {
-		return ClaimView{}, true, fmt.Errorf("minting the extended clone token: %w", err)
+		return r.tokenNotMinted(dv, src, "DataVolume's extended clone token", err), true, nil
 	}
 	patch := client.MergeFrom(dv.DeepCopy())
 	if dv.Annotations == nil {
@@ -286,14 +323,14 @@ func (r *DataVolumeReconciler) reconcileCloneClaim(ctx context.Context, dv *cdiv
 		return view, err
 	}
 	if crossNS {
-		if err := r.annotateClaimToken(ctx, dv, *src, pvc); err != nil {
+		if view, err := r.annotateClaimToken(ctx, dv, *src, pvc); view != nil || err != nil {
 			// The next reconcile tries again; the populator waits meanwhile.
-			return ClaimView{}, err
+			return ptr.Deref(view, ClaimView{}), err
 		}
 	}
 	view, err = r.viewOf(ctx, pvc)
 	view.CloneSource = src
-	return view, err
+	return withConsumerWait(view), err
 }
 
 // ensureCloneSource writes the VolumeCloneSource in the source's
@@ -318,11 +355,14 @@ func (r *DataVolumeReconciler) ensureCloneSource(ctx context.Context, dv *cdiv1.
 	return nil
 }
 
-// annotateClaimToken puts the extended token bound to the claim's UID on it.
-func (r *DataVolumeReconciler) annotateClaimToken(ctx context.Context, dv *cdiv1.DataVolume, src CloneSource, pvc *corev1.PersistentVolumeClaim) error {
+// annotateClaimToken puts the extended token bound to the claim's UID on
+// it. A token it cannot sign is a wait, in view.
+func (r *DataVolumeReconciler) annotateClaimToken(ctx context.Context, dv *cdiv1.DataVolume, src CloneSource, pvc *corev1.PersistentVolumeClaim) (*ClaimView, error) {
 	t, err := r.claimToken(dv, src, pvc.UID)
 	if err != nil {
-		return fmt.Errorf("minting the claim's extended clone token: %w", err)
+		view := r.tokenNotMinted(dv, src, "claim's extended clone token", err)
+		view.Claim = pvc
+		return &view, nil
 	}
 	patch := client.MergeFrom(pvc.DeepCopy())
 	if pvc.Annotations == nil {
@@ -330,23 +370,24 @@ func (r *DataVolumeReconciler) annotateClaimToken(ctx context.Context, dv *cdiv1
 	}
 	pvc.Annotations[cdiv1.AnnExtendedCloneToken] = t
 	if err := r.Client.Patch(ctx, pvc, patch); err != nil {
-		return fmt.Errorf("annotating claim %s with its extended clone token: %w", pvc.Name, err)
+		return nil, fmt.Errorf("annotating claim %s with its extended clone token: %w", pvc.Name, err)
 	}
-	return nil
+	return nil, nil
 }
 
 // syncCloneClaim keeps a clone DataVolume and its existing claim in step:
 // the claim's extended token, the clone type copied to the DataVolume, and
 // once the clone succeeded, the cross-namespace VolumeCloneSource removed.
-func (r *DataVolumeReconciler) syncCloneClaim(ctx context.Context, dv *cdiv1.DataVolume, pvc *corev1.PersistentVolumeClaim) (*CloneSource, error) {
+// A non-nil view is a wait that replaces the claim's own.
+func (r *DataVolumeReconciler) syncCloneClaim(ctx context.Context, dv *cdiv1.DataVolume, pvc *corev1.PersistentVolumeClaim) (*CloneSource, *ClaimView, error) {
 	src, _, err := r.resolveCloneSourceQuietly(ctx, dv)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	srcNS := pvc.Annotations[cdiv1.AnnDataSourceNamespace]
 	if src != nil && srcNS != "" && srcNS != dv.Namespace && pvc.Annotations[cdiv1.AnnExtendedCloneToken] == "" && !claimDone(pvc) {
-		if err := r.annotateClaimToken(ctx, dv, *src, pvc); err != nil {
-			return src, err
+		if view, err := r.annotateClaimToken(ctx, dv, *src, pvc); view != nil || err != nil {
+			return src, view, err
 		}
 	}
 	if ct, ok := pvc.Annotations[cdiv1.AnnCloneType]; ok && dv.Annotations[cdiv1.AnnCloneType] != ct {
@@ -356,13 +397,29 @@ func (r *DataVolumeReconciler) syncCloneClaim(ctx context.Context, dv *cdiv1.Dat
 		}
 		dv.Annotations[cdiv1.AnnCloneType] = ct
 		if err := r.Client.Patch(ctx, dv, patch); err != nil {
-			return src, fmt.Errorf("copying %s to the DataVolume: %w", cdiv1.AnnCloneType, err)
+			return src, nil, fmt.Errorf("copying %s to the DataVolume: %w", cdiv1.AnnCloneType, err)
 		}
 	}
 	if claimDone(pvc) && controllerutil.ContainsFinalizer(dv, cdiv1.FinalizerDataVolume) {
-		return src, r.releaseCloneSource(ctx, dv)
+		return src, nil, r.releaseCloneSource(ctx, dv)
 	}
-	return src, nil
+	return src, nil, nil
+}
+
+// cloneClaimView is what the status shows of a clone DataVolume's existing
+// claim: kept in step (syncCloneClaim), and saying so when it waits for its
+// first consumer.
+func (r *DataVolumeReconciler) cloneClaimView(ctx context.Context, dv *cdiv1.DataVolume, pvc *corev1.PersistentVolumeClaim) (ClaimView, error) {
+	src, wait, err := r.syncCloneClaim(ctx, dv, pvc)
+	if err != nil {
+		return ClaimView{}, err
+	}
+	if wait != nil {
+		return *wait, nil
+	}
+	view, err := r.viewOf(ctx, pvc)
+	view.CloneSource = src
+	return withConsumerWait(view), err
 }
 
 // resolveCloneSourceQuietly resolves the source for messages, without
@@ -405,4 +462,93 @@ func (r *DataVolumeReconciler) releaseCloneSource(ctx context.Context, dv *cdiv1
 		return fmt.Errorf("removing the DataVolume finalizer: %w", err)
 	}
 	return nil
+}
+
+// indexCloneSource indexes clone DataVolumes by what they wait for: their
+// source claim or VolumeSnapshot, or the DataSource their sourceRef names
+// (cloneSourceKeys).
+const indexCloneSource = "kubefill.io/clone-source"
+
+// cloneSourceKeys are the index keys of a clone DataVolume, "<kind>/<ns>/<name>"
+// of its source claim, VolumeSnapshot or DataSource. Pure.
+func cloneSourceKeys(dv *cdiv1.DataVolume) []string {
+	if s := DirectCloneSource(dv); s != nil {
+		kind := "PersistentVolumeClaim"
+		if s.Snapshot {
+			kind = "VolumeSnapshot"
+		}
+		return []string{sourceKey(kind, s.Namespace, s.Name)}
+	}
+	if ref := dv.Spec.SourceRef; ref != nil && ref.Kind == cdiv1.DataVolumeDataSource {
+		return []string{sourceKey(cdiv1.DataVolumeDataSource, ptr.Deref(ref.Namespace, dv.Namespace), ref.Name)}
+	}
+	return nil
+}
+
+func sourceKey(kind, ns, name string) string { return kind + "/" + ns + "/" + name }
+
+// dataSourceNames reports whether ds names the claim or VolumeSnapshot
+// (kind) ns/name as its source. Pure.
+func dataSourceNames(ds *cdiv1.DataSource, kind, ns, name string) bool {
+	s := cloneSourceOf(ds.Spec.Source.PVC, ds.Spec.Source.Snapshot, ds.Namespace)
+	return s != nil && s.Snapshot == (kind == "VolumeSnapshot") && s.Namespace == ns && s.Name == name
+}
+
+// watchCloneSources makes a clone DataVolume waiting for its source claim,
+// VolumeSnapshot or DataSource go on as soon as that appears or changes,
+// rather than at its next requeue: the cache indexes DataVolumes by what
+// they wait for, and events on those map back to them. A claim or snapshot
+// behind a DataSource maps through the DataSources of its namespace.
+func (r *DataVolumeReconciler) watchCloneSources(mgr ctrl.Manager, b *builder.Builder) (*builder.Builder, error) {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &cdiv1.DataVolume{}, indexCloneSource, func(obj client.Object) []string {
+		dv, ok := obj.(*cdiv1.DataVolume)
+		if !ok {
+			return nil
+		}
+		return cloneSourceKeys(dv)
+	}); err != nil {
+		return nil, fmt.Errorf("indexing DataVolumes by clone source: %w", err)
+	}
+	c := mgr.GetClient()
+	waiting := func(ctx context.Context, kind string, obj client.Object) []ctrl.Request {
+		keys := []string{sourceKey(kind, obj.GetNamespace(), obj.GetName())}
+		if kind != cdiv1.DataVolumeDataSource {
+			sources := &cdiv1.DataSourceList{}
+			if err := c.List(ctx, sources, client.InNamespace(obj.GetNamespace())); err != nil {
+				log.FromContext(ctx).Error(err, "listing DataSources to find the clones of a source", "namespace", obj.GetNamespace())
+			}
+			for i := range sources.Items {
+				if dataSourceNames(&sources.Items[i], kind, obj.GetNamespace(), obj.GetName()) {
+					keys = append(keys, sourceKey(cdiv1.DataVolumeDataSource, sources.Items[i].Namespace, sources.Items[i].Name))
+				}
+			}
+		}
+		var reqs []ctrl.Request
+		for _, key := range keys {
+			dvs := &cdiv1.DataVolumeList{}
+			if err := c.List(ctx, dvs, client.MatchingFields{indexCloneSource: key}); err != nil {
+				log.FromContext(ctx).Error(err, "listing the DataVolumes cloning a source", "source", key)
+				continue
+			}
+			for i := range dvs.Items {
+				reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&dvs.Items[i])})
+			}
+		}
+		return reqs
+	}
+	mapTo := func(kind string) handler.EventHandler {
+		return handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, obj client.Object) []ctrl.Request {
+			return waiting(ctx, kind, obj)
+		})
+	}
+	b = b.Watches(&corev1.PersistentVolumeClaim{}, mapTo("PersistentVolumeClaim")).
+		Watches(&cdiv1.DataSource{}, mapTo(cdiv1.DataVolumeDataSource))
+	snapshots, err := kindServed(mgr, volumeSnapshotGVK)
+	if err != nil {
+		return nil, err
+	}
+	if snapshots {
+		b = b.Watches(&snapshotv1.VolumeSnapshot{}, mapTo("VolumeSnapshot"))
+	}
+	return b, nil
 }

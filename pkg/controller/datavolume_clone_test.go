@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"crypto/rsa"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -347,5 +348,120 @@ func TestCloneValidationAndDeletion(t *testing.T) {
 	f.reconcile("tgt", "disk")
 	if f.get("src", "volume-clone-source-dv-disk", &cdiv1.VolumeCloneSource{}) || f.get("tgt", "disk", &cdiv1.DataVolume{}) {
 		t.Error("the VolumeCloneSource or the DataVolume outlived the deletion")
+	}
+}
+
+// failingGenerator is an extended token signer whose key cannot be read.
+type failingGenerator struct{}
+
+func (failingGenerator) Generate(*token.Payload) (string, error) {
+	return "", errors.New(`reading Secret kubefill/kubefill-extended-clone-token-key: secrets "kubefill-extended-clone-token-key" is forbidden`)
+}
+
+// A token the controller cannot sign is a wait the user sees, in the
+// Running condition and a Warning event naming the key's Secret, retried:
+// not an error the controller only logs.
+func TestCloneTokenNotMintedIsShown(t *testing.T) {
+	f := newCloneFixture(t)
+	f.r.ExtendedTokens = failingGenerator{}
+	short := f.shortToken("src", "golden", "tgt", "disk", time.Now())
+	if err := f.c.Create(context.Background(), cloneDV("tgt", "disk", "src", "golden", map[string]string{cdiv1.AnnCloneToken: short})); err != nil {
+		t.Fatal(err)
+	}
+	res := f.reconcile("tgt", "disk")
+	dv := f.dv("tgt", "disk")
+	run := f.running(dv)
+	if res.RequeueAfter == 0 || run.Reason != reasonCloneTokenNotMinted {
+		t.Fatalf("requeue %s, Running %+v", res.RequeueAfter, run)
+	}
+	for _, want := range []string{"cannot sign the DataVolume's extended clone token", "forbidden", DefaultExtendedTokenKeySecret, "goes on by itself"} {
+		if !strings.Contains(run.Message, want) {
+			t.Errorf("Running message %q does not say %q", run.Message, want)
+		}
+	}
+	if !f.sawEvent("Warning " + reasonCloneTokenNotMinted) {
+		t.Error("no Warning event")
+	}
+	if dv.Annotations[cdiv1.AnnExtendedCloneToken] != "" {
+		t.Error("an extended token appeared")
+	}
+	// Once the key can be read, the clone goes on.
+	f.r.ExtendedTokens = token.NewGenerator(token.ExtendedCloneTokenIssuer, f.key, token.DefaultExtendedCloneTokenLifetime)
+	f.reconcile("tgt", "disk")
+	if dv = f.dv("tgt", "disk"); dv.Annotations[cdiv1.AnnExtendedCloneToken] == "" {
+		t.Errorf("no extended token once the key is there: %+v", f.running(dv))
+	}
+}
+
+func TestWithConsumerWait(t *testing.T) {
+	claim := func(ann map[string]string) *corev1.PersistentVolumeClaim {
+		return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "disk", Annotations: ann},
+			Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: ptr.To("wffc")}}
+	}
+	for _, tc := range []struct {
+		name string
+		view ClaimView
+		want string // ProblemReason
+	}{
+		{"waits, nothing started", ClaimView{Claim: claim(nil), WaitsForConsumer: true}, reasonWaitForFirstConsumer},
+		{"no claim yet", ClaimView{WaitsForConsumer: true}, ""},
+		{"immediate class", ClaimView{Claim: claim(nil)}, ""},
+		{"the populator has begun", ClaimView{Claim: claim(map[string]string{cdiv1.AnnClonePhase: "Pending"}), WaitsForConsumer: true}, ""},
+		{"the populator explains", ClaimView{Claim: claim(map[string]string{cdiv1.AnnRunningConditionReason: "SourceNotAuthorized"}), WaitsForConsumer: true}, ""},
+		{"another wait", ClaimView{Claim: claim(nil), WaitsForConsumer: true, Problem: "x", ProblemReason: "Other"}, "Other"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := withConsumerWait(tc.view)
+			if got.ProblemReason != tc.want {
+				t.Fatalf("reason %q, want %q", got.ProblemReason, tc.want)
+			}
+			if tc.want == reasonWaitForFirstConsumer {
+				for _, s := range []string{"first consumer", "StorageClass wffc", "pod that uses PVC disk", "Immediate"} {
+					if !strings.Contains(got.Problem, s) {
+						t.Errorf("%q does not say %q", got.Problem, s)
+					}
+				}
+				st := ComputeStatus(&cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Name: "disk"},
+					Spec: cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "src", Name: "golden"}}}}, got)
+				if st.Phase != cdiv1.PendingPopulation {
+					t.Errorf("phase %s", st.Phase)
+				}
+				for _, c := range st.Conditions {
+					if c.Type == cdiv1.DataVolumeRunning && c.Reason != reasonWaitForFirstConsumer {
+						t.Errorf("Running %+v", c)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestCloneSourceKeys(t *testing.T) {
+	dv := func(src *cdiv1.DataVolumeSource, ref *cdiv1.DataVolumeSourceRef) *cdiv1.DataVolume {
+		return &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "tgt", Name: "disk"}, Spec: cdiv1.DataVolumeSpec{Source: src, SourceRef: ref}}
+	}
+	for _, tc := range []struct {
+		name string
+		dv   *cdiv1.DataVolume
+		want string
+	}{
+		{"pvc", dv(&cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "src", Name: "golden"}}, nil), "PersistentVolumeClaim/src/golden"},
+		{"pvc in its own namespace", dv(&cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Name: "golden"}}, nil), "PersistentVolumeClaim/tgt/golden"},
+		{"snapshot", dv(&cdiv1.DataVolumeSource{Snapshot: &cdiv1.DataVolumeSourceSnapshot{Namespace: "src", Name: "snap"}}, nil), "VolumeSnapshot/src/snap"},
+		{"DataSource", dv(nil, &cdiv1.DataVolumeSourceRef{Kind: cdiv1.DataVolumeDataSource, Namespace: ptr.To("os"), Name: "fedora"}), "DataSource/os/fedora"},
+		{"DataSource here", dv(nil, &cdiv1.DataVolumeSourceRef{Kind: cdiv1.DataVolumeDataSource, Name: "fedora"}), "DataSource/tgt/fedora"},
+		{"an import", dv(&cdiv1.DataVolumeSource{Blank: &cdiv1.DataVolumeBlankImage{}}, nil), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := strings.Join(cloneSourceKeys(tc.dv), ",")
+			if got != tc.want {
+				t.Errorf("keys %q, want %q", got, tc.want)
+			}
+		})
+	}
+	ds := &cdiv1.DataSource{ObjectMeta: metav1.ObjectMeta{Namespace: "os", Name: "fedora"},
+		Spec: cdiv1.DataSourceSpec{Source: cdiv1.DataSourceSource{PVC: &cdiv1.DataVolumeSourcePVC{Name: "golden"}}}}
+	if !dataSourceNames(ds, "PersistentVolumeClaim", "os", "golden") || dataSourceNames(ds, "VolumeSnapshot", "os", "golden") || dataSourceNames(ds, "PersistentVolumeClaim", "src", "golden") {
+		t.Error("dataSourceNames")
 	}
 }
