@@ -22,14 +22,17 @@ CONTAINERD_VERSION="${CONTAINERD_VERSION:-v2.4.2}"
 CNI_VERSION="${CNI_VERSION:-v1.10.0}"
 COREDNS_VERSION="${COREDNS_VERSION:-v1.15.0}"
 CACHE_ROOT="${KUBEFILL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kubefill}"
-OUT="$CACHE_ROOT/node/containerd-$CONTAINERD_VERSION-cni-$CNI_VERSION-coredns-$COREDNS_VERSION"
 
 CONTAINERD_MOD=github.com/containerd/containerd/v2
 CNI_MOD=github.com/containernetworking/plugins
 COREDNS_MOD=github.com/coredns/coredns
 CNI_PLUGINS=(main/bridge ipam/host-local main/loopback meta/portmap)
 # No forward plugin: the cluster DNS never asks a server outside the cluster.
-COREDNS_PLUGINS=(errors log health ready kubernetes cache loadbalance whoami)
+# bind: CoreDNS listens on the node address only, never on every interface.
+COREDNS_PLUGINS=(bind errors log health ready kubernetes cache loadbalance whoami)
+# The plugin set is part of the cache key: a different set is another build.
+PLUGIN_KEY=$(printf '%s ' "${COREDNS_PLUGINS[@]}" | sha256sum | cut -c1-8)
+OUT="$CACHE_ROOT/node/containerd-$CONTAINERD_VERSION-cni-$CNI_VERSION-coredns-$COREDNS_VERSION-$PLUGIN_KEY"
 BINARIES=(containerd ctr containerd-shim-runc-v2 bridge host-local loopback portmap coredns)
 
 have_all() {

@@ -54,6 +54,10 @@ type Options struct {
 	Storage bool
 	// NodeAgent starts the node agent, which registers a Node and runs pods.
 	NodeAgent bool
+	// Node runs a real node instead: containerd, kubelet, kube-proxy and
+	// CoreDNS, with every pod from images built here (hack/images.sh), and
+	// kube-apiserver on the node's private address.
+	Node bool
 	// Kubefill installs Kubefill's CRDs (manifests/crd) and runs its
 	// controller, API server and upload proxy from this checkout against the
 	// cluster (needs NodeAgent, whose build of the kubefill binary it uses).
@@ -129,7 +133,10 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
 	}
-	if os.Geteuid() != 0 && (opts.NodeAgent || opts.Storage) {
+	if opts.Node && opts.NodeAgent {
+		return nil, errors.New("choose the real node or the node agent, not both")
+	}
+	if os.Geteuid() != 0 && (opts.NodeAgent || opts.Storage || opts.Node) {
 		return nil, errors.New("the local cluster's storage and node agent need root (mounts, network namespaces)")
 	}
 	repo, err := RepoRoot()
@@ -189,6 +196,12 @@ func (c *Cluster) start(ctx context.Context) error {
 	builds := make(chan error, 1)
 	go func() { builds <- c.buildBinaries() }()
 
+	if c.opts.Node {
+		if err := c.prepareRealNode(); err != nil {
+			<-builds
+			return err
+		}
+	}
 	if err := c.startControlPlane(ctx); err != nil {
 		<-builds
 		return err
@@ -204,6 +217,16 @@ func (c *Cluster) start(ctx context.Context) error {
 	if c.opts.NodeAgent {
 		if err := c.startNodeAgent(ctx); err != nil {
 			return err
+		}
+	}
+	if c.opts.Node {
+		if err := c.startRealNode(ctx); err != nil {
+			return err
+		}
+		if c.opts.Storage {
+			if err := c.startCSINodePlugin(ctx); err != nil {
+				return err
+			}
 		}
 	}
 	if c.opts.Kubefill {
@@ -232,7 +255,7 @@ func (c *Cluster) buildBinaries() error {
 		c.opts.HelperBinary = bin
 		logf("cluster: helper binary %s (%s)", bin, time.Since(t).Round(time.Millisecond))
 	}
-	if c.opts.NodeAgent {
+	if c.opts.NodeAgent || c.opts.Node {
 		t := time.Now()
 		bin, err := goBuild(c.repo, "./cmd/kubefill", "kubefill")
 		if err != nil {
@@ -313,12 +336,12 @@ func (c *Cluster) writePKI() error {
 	if _, p.caKeyFile, err = (keyPair{CertPEM: ca.CertPEM, KeyPEM: ca.KeyPEM}).write(dir, "ca"); err != nil {
 		return err
 	}
-	serving, err := issue(ca, kit.Leaf{
-		CommonName: "kube-apiserver",
-		Hosts: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
-			"kubernetes.default.svc.cluster.local", "127.0.0.1", "10.96.0.1"},
-		Server: true,
-	})
+	hosts := []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+		"kubernetes.default.svc.cluster.local", "127.0.0.1", kubernetesSvc}
+	if ip := c.NodeIP(); ip != "" {
+		hosts = append(hosts, ip)
+	}
+	serving, err := issue(ca, kit.Leaf{CommonName: "kube-apiserver", Hosts: hosts, Server: true})
 	if err != nil {
 		return err
 	}
@@ -377,7 +400,14 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 		return err
 	}
 	etcdClient, etcdPeer, apiPort := ports[0], ports[1], ports[2]
-	c.apiserver = "https://127.0.0.1:" + strconv.Itoa(apiPort)
+	// With a real node, kube-apiserver listens on the node's private
+	// address only: pods reach it there through the kubernetes Service, and
+	// kubelet cannot use loopback. Never 0.0.0.0.
+	bindAddress := "127.0.0.1"
+	if ip := c.NodeIP(); ip != "" {
+		bindAddress = ip
+	}
+	c.apiserver = "https://" + net.JoinHostPort(bindAddress, strconv.Itoa(apiPort))
 
 	etcdURL := "http://127.0.0.1:" + strconv.Itoa(etcdClient)
 	peerURL := "http://127.0.0.1:" + strconv.Itoa(etcdPeer)
@@ -401,32 +431,48 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 	}
 
 	p := c.pki
-	apiRec, err := c.run("kube-apiserver", nil, filepath.Join(c.testbin, "kube-apiserver"),
-		"--etcd-servers="+etcdURL,
-		"--bind-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(apiPort),
-		"--tls-cert-file="+p.apiserverCert,
-		"--tls-private-key-file="+p.apiserverKey,
-		"--client-ca-file="+p.caFile,
-		"--service-account-issuer="+serviceAccountIssuer,
-		"--service-account-key-file="+p.saPub,
-		"--service-account-signing-key-file="+p.saKey,
-		"--service-cluster-ip-range="+serviceClusterIPRange,
+	apiArgs := []string{
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=" + bindAddress,
+		"--secure-port=" + strconv.Itoa(apiPort),
+		"--tls-cert-file=" + p.apiserverCert,
+		"--tls-private-key-file=" + p.apiserverKey,
+		"--client-ca-file=" + p.caFile,
+		"--service-account-issuer=" + serviceAccountIssuer,
+		"--service-account-key-file=" + p.saPub,
+		"--service-account-signing-key-file=" + p.saKey,
+		"--service-cluster-ip-range=" + serviceClusterIPRange,
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction",
-		"--endpoint-reconciler-type=none",
 		"--allow-privileged=true",
-		"--cert-dir="+filepath.Join(c.Dir, "pki", "apiserver-generated"),
-		"--requestheader-client-ca-file="+p.frontProxyCAFile,
+		"--cert-dir=" + filepath.Join(c.Dir, "pki", "apiserver-generated"),
+		"--requestheader-client-ca-file=" + p.frontProxyCAFile,
 		"--requestheader-allowed-names=front-proxy-client",
 		"--requestheader-username-headers=X-Remote-User",
 		"--requestheader-group-headers=X-Remote-Group",
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
-		"--proxy-client-cert-file="+p.frontProxyClientCert,
-		"--proxy-client-key-file="+p.frontProxyClientKey,
+		"--proxy-client-cert-file=" + p.frontProxyClientCert,
+		"--proxy-client-key-file=" + p.frontProxyClientKey,
 		"--enable-aggregator-routing=true",
 		"--v=1",
-	)
+	}
+	if bindAddress == "127.0.0.1" {
+		// No node to publish as the kubernetes Service's endpoint.
+		apiArgs = append(apiArgs, "--endpoint-reconciler-type=none")
+	} else {
+		kubeletClient, err := issue(p.ca, kit.Leaf{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}, Client: true})
+		if err != nil {
+			return err
+		}
+		certFile, keyFile, err := kubeletClient.write(p.dir, "apiserver-kubelet-client")
+		if err != nil {
+			return err
+		}
+		apiArgs = append(apiArgs, "--advertise-address="+bindAddress,
+			"--kubelet-client-certificate="+certFile, "--kubelet-client-key="+keyFile,
+			"--kubelet-certificate-authority="+p.caFile, "--kubelet-preferred-address-types=InternalIP")
+	}
+	apiRec, err := c.run("kube-apiserver", nil, filepath.Join(c.testbin, "kube-apiserver"), apiArgs...)
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -36,7 +38,7 @@ func (c *Cluster) startKubefill(ctx context.Context) error {
 	rec, err := c.run("kubefill-controller", nil, c.kubefillBin, "controller",
 		"--kubeconfig="+c.Kubeconfig,
 		// Published in CDIConfig status, where `kubefill upload` and virtctl look.
-		fmt.Sprintf("--uploadproxy-url=https://127.0.0.1:%d", proxyPort),
+		"--uploadproxy-url=https://"+net.JoinHostPort(c.UploadProxyHost(), strconv.Itoa(proxyPort)),
 		"--install-namespace="+KubefillNamespace,
 		"--leader-elect=false",
 		"--metrics-bind-address=0",

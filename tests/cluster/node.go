@@ -57,9 +57,17 @@ func leasePodSubnet(clusterDir string) (subnet, lease string, err error) {
 // or "" when it could not be built.
 func (c *Cluster) KubefillBinary() string { return c.kubefillBin }
 
-// PodLogs returns what a pod's container printed in its latest run (the
-// node agent writes each run's output to a file).
+// PodLogs returns what a pod's container printed in its latest run: from
+// kubelet through the API on a real node; the node agent writes each run's
+// output to a file.
 func (c *Cluster) PodLogs(ctx context.Context, ns, pod, container string) (string, error) {
+	if c.state.Node != nil {
+		data, err := c.Client.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: container}).DoRaw(ctx)
+		if err != nil {
+			return "", fmt.Errorf("logs of %s/%s %s: %w", ns, pod, container, err)
+		}
+		return string(data), nil
+	}
 	p, err := c.Client.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
 	if err != nil {
 		return "", err

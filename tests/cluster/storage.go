@@ -52,12 +52,14 @@ func (c *Cluster) startStorage(ctx context.Context) error {
 		return err
 	}
 	logf("cluster: CSI sidecars in %s", sidecars)
-	driver, err := c.run("csi-driver", nil, c.opts.HelperBinary, "csi-driver",
-		"--name="+DriverName,
-		"--endpoint="+c.CSISocket(),
-		"--data-dir="+c.CSIDataDir(),
-		"--node-id="+c.NodeName,
-	)
+	args := []string{"csi-driver", "--name=" + DriverName, "--endpoint=" + c.CSISocket(), "--data-dir=" + c.CSIDataDir()}
+	if c.opts.Node {
+		// The sidecars' half; the node half runs in a pod (startCSINodePlugin).
+		args = append(args, "--mode=controller")
+	} else {
+		args = append(args, "--node-id="+c.NodeName)
+	}
+	driver, err := c.run("csi-driver", nil, c.opts.HelperBinary, args...)
 	if err != nil {
 		return err
 	}

@@ -29,6 +29,8 @@ type State struct {
 	SubnetLock string       `json:"subnetLock"`
 	Kubeconfig string       `json:"kubeconfig"`
 	Processes  []procRecord `json:"processes"`
+	// Node is the real node, when the cluster runs one.
+	Node *realNode `json:"node,omitempty"`
 }
 
 func (s *State) save() error {
@@ -78,9 +80,17 @@ func Teardown(dir string, removeDir bool) error {
 	// Node agent first (it kills its pods gracefully when it can), then the
 	// rest in reverse start order.
 	for i := len(s.Processes) - 1; i >= 0; i-- {
+		// The pods go before containerd does: removing a sandbox runs CNI
+		// DEL and removes its network namespace.
+		if s.Processes[i].Name == "containerd" && s.Node != nil {
+			errs = append(errs, removeSandboxes(s.Node.ContainerdSocket)...)
+		}
 		if err := s.Processes[i].stop(10 * time.Second); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if s.Node != nil {
+		errs = append(errs, tearDownRealNode(s.Node)...)
 	}
 	if s.NetPrefix != "" {
 		errs = append(errs, removeNetwork(s.NetPrefix)...)
@@ -95,9 +105,15 @@ func Teardown(dir string, removeDir bool) error {
 	if err := unmountUnder(dir); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, detachLoopDevices(s.Dir)...)
 	if s.SubnetLock != "" {
 		if err := os.Remove(s.SubnetLock); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("release pod subnet: %w", err))
+		}
+	}
+	if s.Node != nil {
+		if err := releaseRealNode(s.Dir, s.Node); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if removeDir {
@@ -328,6 +344,9 @@ func (s *State) Leftovers() []string {
 			out = append(out, "mount "+m)
 		}
 	}
+	for _, dev := range loopDevicesUnder(s.Dir) {
+		out = append(out, "loop device "+dev)
+	}
 	if s.PodSubnet != "" {
 		if b, err := exec.Command("ip", "route", "show", "type", "unreachable", s.PodSubnet).Output(); err == nil && len(strings.TrimSpace(string(b))) > 0 {
 			out = append(out, "route unreachable "+s.PodSubnet)
@@ -337,6 +356,9 @@ func (s *State) Leftovers() []string {
 		if _, err := os.Stat(s.SubnetLock); err == nil {
 			out = append(out, "pod subnet lease "+s.SubnetLock)
 		}
+	}
+	if s.Node != nil {
+		out = append(out, realNodeLeftovers(s.Dir, s.Node)...)
 	}
 	return out
 }

@@ -46,8 +46,13 @@ var apiServiceGVR = schema.GroupVersionResource{Group: "apiregistration.k8s.io",
 // uploadproxy`, run from this checkout as the cluster's processes: what a
 // user's `kubefill upload` or `virtctl image-upload` talks to.
 type UploadServices struct {
-	// ProxyURL is the user-facing upload proxy URL, on the host's loopback.
+	// ProxyURL is the user-facing upload proxy URL: on the host's loopback,
+	// or on a real node at the node address.
 	ProxyURL string
+	// ServiceURL is the proxy's URL through its Service's ClusterIP
+	// (cdi-uploadproxy in the install namespace, as CDI names it), or ""
+	// without a real node (no kube-proxy).
+	ServiceURL string
 	// ProxyCAFile holds the CA of the proxy's serving certificate (--ca-cert).
 	ProxyCAFile string
 
@@ -89,9 +94,13 @@ func FreePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// GatewayAddress is the host's address on the pod network: pods reach the
-// host there, and kube-apiserver reaches host processes listening there.
+// GatewayAddress is the host's address that pods reach: the node address
+// on a real node, else the gateway of the node agent's pod network.
+// kube-apiserver reaches host processes listening there too.
 func (c *Cluster) GatewayAddress() (string, error) {
+	if ip := c.NodeIP(); ip != "" {
+		return ip, nil
+	}
 	prefix, err := netip.ParsePrefix(c.PodSubnet)
 	if err != nil {
 		return "", fmt.Errorf("pod subnet %q (is the node agent running?): %w", c.PodSubnet, err)
@@ -106,7 +115,7 @@ func (c *Cluster) GatewayAddress() (string, error) {
 func (c *Cluster) StartUploadServices(ctx context.Context, installNS string, proxyPort int) (*UploadServices, error) {
 	t0 := time.Now()
 	if c.kubefillBin == "" {
-		return nil, errors.New("the kubefill binary did not build (the cluster needs NodeAgent)")
+		return nil, errors.New("the kubefill binary did not build (the cluster needs a node)")
 	}
 	gw, err := c.GatewayAddress()
 	if err != nil {
@@ -142,7 +151,17 @@ func (c *Cluster) StartUploadServices(ctx context.Context, installNS string, pro
 			return fail(err)
 		}
 	}
-	sc, err := pki.GenerateServingCert("kubefill-uploadproxy", []string{"localhost", "127.0.0.1"}, 24*time.Hour)
+	bind := c.UploadProxyHost()
+	hosts := []string{"localhost", "127.0.0.1", bind}
+	if c.NodeIP() != "" {
+		ip, err := c.uploadProxyService(ctx, installNS, bind, proxyPort)
+		if err != nil {
+			return fail(err)
+		}
+		hosts = append(hosts, ip, UploadProxyServiceName+"."+installNS+".svc")
+		u.ServiceURL = "https://" + ip
+	}
+	sc, err := pki.GenerateServingCert("kubefill-uploadproxy", hosts, 24*time.Hour)
 	if err != nil {
 		return fail(err)
 	}
@@ -150,10 +169,10 @@ func (c *Cluster) StartUploadServices(ctx context.Context, installNS string, pro
 	if err := writeFiles(map[string][]byte{certFile: sc.CertPEM, keyFile: sc.KeyPEM, caFile: sc.CAPEM}); err != nil {
 		return fail(err)
 	}
-	u.ProxyURL, u.ProxyCAFile = "https://127.0.0.1:"+strconv.Itoa(proxyPort), caFile
+	u.ProxyURL, u.ProxyCAFile = "https://"+net.JoinHostPort(bind, strconv.Itoa(proxyPort)), caFile
 	u.proxy, err = c.run("kubefill-uploadproxy", nil, c.kubefillBin, "uploadproxy",
 		"--kubeconfig="+c.Kubeconfig,
-		"--bind-address=127.0.0.1",
+		"--bind-address="+bind,
 		"--secure-port="+strconv.Itoa(proxyPort),
 		"--tls-cert-file="+certFile,
 		"--tls-private-key-file="+keyFile,
@@ -171,6 +190,46 @@ func (c *Cluster) StartUploadServices(ctx context.Context, installNS string, pro
 	}
 	c.opts.Logf("cluster: token API behind APIService %s and upload proxy at %s (%s)", uploadAPIService, u.ProxyURL, time.Since(t0).Round(time.Millisecond))
 	return u, nil
+}
+
+// UploadProxyServiceName is CDI's name for the upload proxy's Service.
+const UploadProxyServiceName = "cdi-uploadproxy"
+
+// UploadProxyHost is the address the upload proxy listens on: the node
+// address on a real node (so that its Service's ClusterIP reaches it), else
+// loopback.
+func (c *Cluster) UploadProxyHost() string {
+	if ip := c.NodeIP(); ip != "" {
+		return ip
+	}
+	return "127.0.0.1"
+}
+
+// uploadProxyService makes the cdi-uploadproxy Service, without a selector,
+// and an EndpointSlice pointing it at the proxy on the host; it returns the
+// Service's ClusterIP.
+func (c *Cluster) uploadProxyService(ctx context.Context, installNS, addr string, port int) (string, error) {
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: installNS, Name: UploadProxyServiceName},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "https", Port: 443, TargetPort: intstr.FromInt(port), Protocol: corev1.ProtocolTCP}}},
+	}
+	got, err := c.Client.CoreV1().Services(installNS).Create(ctx, svc, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		got, err = c.Client.CoreV1().Services(installNS).Get(ctx, svc.Name, metav1.GetOptions{})
+	}
+	if err != nil {
+		return "", fmt.Errorf("creating Service %s/%s: %w", installNS, svc.Name, err)
+	}
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: installNS, Name: UploadProxyServiceName + "-host", Labels: map[string]string{discoveryv1.LabelServiceName: UploadProxyServiceName}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{addr}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To(int32(port)), Protocol: ptr.To(corev1.ProtocolTCP)}},
+	}
+	if _, err := c.Client.DiscoveryV1().EndpointSlices(installNS).Create(ctx, slice, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", fmt.Errorf("creating EndpointSlice %s/%s: %w", installNS, slice.Name, err)
+	}
+	return got.Spec.ClusterIP, nil
 }
 
 // startTokenAPI runs `kubefill apiserver` on the gateway address, points a
