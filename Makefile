@@ -10,7 +10,7 @@ CONTROLLER_GEN := $(BIN)/controller-gen
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-dev)
 
 .PHONY: all build generate manifests verify-generated vet fmt test test-unit test-integration test-e2e \
-        bench-import bench-upload bench-clone demo dev dev-down testbin clean help
+        bench-import bench-upload bench-clone demo dev dev-down testbin images clean help
 
 all: build
 
@@ -41,6 +41,9 @@ fmt: ## Check formatting
 vet: ## go vet the product and the API module
 	go vet ./...
 	cd $(API_DIR) && go vet ./...
+
+images: ## Build the kubefill, busybox, pause and kubefill-dev images as OCI archives in _output/images (no Docker)
+	VERSION=$(VERSION) bash hack/images.sh $(CURDIR)/_output/images
 
 testbin: ## Build (or reuse) the real control-plane binaries; prints their directory
 	@bash hack/testbin.sh
