@@ -163,12 +163,20 @@ func (k *Kind) Finalize(ctx context.Context, target *corev1.PersistentVolumeClai
 
 // Watches implements populators.Watcher: the temporary VolumeSnapshots
 // bring their target back when they become ready; a clone's source claim
-// or VolumeSnapshot, and its VolumeCloneSource, bring back the targets
-// waiting for them (a source created late, bound, or ready) at once
-// instead of at their next requeue.
+// or VolumeSnapshot, its VolumeCloneSource, and the pods that use the
+// source claim bring back the targets waiting for them (a source created
+// late, bound, ready, or no longer in use) at once instead of at their
+// next requeue.
 func (k *Kind) Watches(b *builder.Builder) *builder.Builder {
 	b = b.Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, obj client.Object) []ctrl.Request {
 		return k.sourceTargets(ctx, obj, "PersistentVolumeClaim")
+	})).Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, obj client.Object) []ctrl.Request {
+		// A pod that held a source writable (CloneSourceInUse) stopping.
+		var reqs []ctrl.Request
+		for _, claim := range ClaimsOf(obj) {
+			reqs = append(reqs, k.sourceTargets(ctx, claim, "PersistentVolumeClaim")...)
+		}
+		return reqs
 	})).Watches(&cdiv1.VolumeCloneSource{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, obj client.Object) []ctrl.Request {
 		vcs, ok := obj.(*cdiv1.VolumeCloneSource)
 		if !ok {
@@ -203,6 +211,21 @@ func (k *Kind) sourceTargets(ctx context.Context, obj client.Object, kind string
 		}
 	}
 	return reqs
+}
+
+// ClaimsOf are the claims a pod mounts, as bare objects naming them. Pure.
+func ClaimsOf(obj client.Object) []client.Object {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return nil
+	}
+	var claims []client.Object
+	for _, v := range pod.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			claims = append(claims, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: v.PersistentVolumeClaim.ClaimName}})
+		}
+	}
+	return claims
 }
 
 // NamesSource reports whether vcs clones the kind (PersistentVolumeClaim,

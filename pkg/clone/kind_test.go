@@ -173,3 +173,17 @@ func TestSourceMapping(t *testing.T) {
 		t.Errorf("same namespace: %v %v", key, ok)
 	}
 }
+
+func TestClaimsOf(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "src", Name: "vm"}, Spec: corev1.PodSpec{Volumes: []corev1.Volume{
+		{Name: "disk", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "golden"}}},
+		{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+	}}}
+	got := ClaimsOf(pod)
+	if len(got) != 1 || got[0].GetNamespace() != "src" || got[0].GetName() != "golden" {
+		t.Errorf("ClaimsOf = %v", got)
+	}
+	if ClaimsOf(&corev1.PersistentVolumeClaim{}) != nil {
+		t.Error("a claim mounts no claims")
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+	"github.com/kubefill/kubefill/pkg/clone"
 	"github.com/kubefill/kubefill/pkg/controller"
 	"github.com/kubefill/kubefill/tests/kit"
 )
@@ -126,5 +127,46 @@ func TestClonePopulatorWatchesItsSource(t *testing.T) {
 	t.Logf("clone planned (%s) %s after its source was created (bound after %s)", target.Annotations[cdiv1.AnnCloneType], took.Round(time.Millisecond), bound.Round(time.Millisecond))
 	if took > sourceStartLimit {
 		t.Errorf("the clone was planned %s after its source appeared, more than %s: it waited for its requeue, not a watch", took, sourceStartLimit)
+	}
+}
+
+// TestCloneSourceInUseEndsWithThePod: a host-assisted clone whose source a
+// pod mounts writable waits saying which pod; once that pod is gone the
+// source pod starts within a second or two, not at the wait's 5 s requeue.
+func TestCloneSourceInUseEndsWithThePod(t *testing.T) {
+	ctx := context.Background()
+	ns, installNS := newNamespace(t), newNamespace(t)
+	className := ns + "-csi"
+	cloneClass(t, className)
+	runManager(t, controller.ManagerOptions{MetricsBindAddress: "0", HealthProbeBindAddress: "0",
+		WorkerImage: "kubefill/kubefill:test", InstallNamespace: installNS})
+	waitProfile(t, className, "asks for snapshot clones", strategyIs(cdiv1.CloneStrategySnapshot))
+	cloneSourceClaim(t, ns, className)
+	vm := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "virt-launcher-golden"}, Spec: corev1.PodSpec{
+		Containers: []corev1.Container{{Name: "compute", Image: "busybox", VolumeMounts: []corev1.VolumeMount{{Name: "disk", MountPath: "/disk"}}}},
+		Volumes:    []corev1.Volume{{Name: "disk", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "golden"}}}},
+	}}
+	mustCreate(t, k8sClient, vm)
+	target := kit.PVC(ns, "disk", "1Gi", kit.Class(className), kit.SourceRef(cdiv1.VolumeCloneSourceRef, "vcs"))
+	mustCreate(t, k8sClient, target)
+	setPodStatus(t, ns, cdiv1.UploadPodName(clone.TmpClaimName(target.UID)), corev1.PodRunning, true)
+	kit.Until(t, 30*time.Second, "the clone to wait for the pod using its source", func() bool {
+		_ = k8sClient.Get(ctx, client.ObjectKeyFromObject(target), target)
+		return target.Annotations[cdiv1.AnnRunningConditionReason] == "CloneSourceInUse" &&
+			strings.Contains(target.Annotations[cdiv1.AnnRunningConditionMessage], ns+"/virt-launcher-golden")
+	})
+	time.Sleep(time.Second)
+	begin := time.Now()
+	if err := k8sClient.Delete(ctx, vm, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	kit.Eventually(t, 30*time.Second, 20*time.Millisecond, "the source pod", func() (bool, string, error) {
+		err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: clone.SourcePodName(target.UID)}, &corev1.Pod{})
+		return err == nil, "not yet", client.IgnoreNotFound(err)
+	})
+	took := time.Since(begin)
+	t.Logf("source pod made %s after the pod using the source was deleted", took.Round(time.Millisecond))
+	if took > sourceStartLimit {
+		t.Errorf("the source pod came %s after the source was free, more than %s: the clone waited for its requeue, not a watch", took, sourceStartLimit)
 	}
 }
