@@ -71,6 +71,11 @@ const (
 // DefaultImage is the worker image when the controller is given none.
 const DefaultImage = "kubefill/kubefill:dev"
 
+// WorkerUID is the user and group worker pods run as: CDI's (qemu's uid on
+// the nodes KubeVirt runs on), so volumes a worker fills are the VM's to
+// read. The image's default user is the same.
+const WorkerUID = 107
+
 // DefaultFilesystemOverhead is the share of a Filesystem volume kept free
 // when CDIConfig says nothing (CDI's default).
 const DefaultFilesystemOverhead = 0.06

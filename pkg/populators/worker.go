@@ -189,6 +189,13 @@ func (w *WorkerPhase) render(f *Flow, name string, spec WorkerSpec, config *cdiv
 	c.ImagePullPolicy = w.PullPolicy
 	c.TerminationMessagePath = corev1.TerminationMessagePathDefault
 	c.TerminationMessagePolicy = corev1.TerminationMessageReadFile
+	// What Pod Security's "restricted" profile asks: workers need no
+	// privilege, only the volumes, which fsGroup (Filesystem) and the
+	// runtime's device ownership from runAsUser (Block) make theirs.
+	c.SecurityContext = &corev1.SecurityContext{
+		AllowPrivilegeEscalation: ptr.To(false),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+	}
 	if config.Status.DefaultPodResourceRequirements != nil {
 		c.Resources = *config.Status.DefaultPodResourceRequirements.DeepCopy()
 	}
@@ -231,11 +238,24 @@ func (w *WorkerPhase) render(f *Flow, name string, spec WorkerSpec, config *cdiv
 			Containers:        []corev1.Container{c},
 			Volumes:           volumes,
 			RestartPolicy:     corev1.RestartPolicyNever,
+			SecurityContext:   workerPodSecurity(),
 			PriorityClassName: prime.Annotations[cdiv1.AnnPriorityClassName],
 			NodeSelector:      w.Placement.NodeSelector,
 			Affinity:          w.Placement.Affinity,
 			Tolerations:       w.Placement.Tolerations,
 		},
+	}
+}
+
+// workerPodSecurity runs a worker as contract.WorkerUID, never as root.
+func workerPodSecurity() *corev1.PodSecurityContext {
+	uid := int64(contract.WorkerUID)
+	return &corev1.PodSecurityContext{
+		RunAsNonRoot:   ptr.To(true),
+		RunAsUser:      ptr.To(uid),
+		RunAsGroup:     ptr.To(uid),
+		FSGroup:        ptr.To(uid),
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 	}
 }
 

@@ -251,6 +251,9 @@ state = %[2]q
 [plugins."io.containerd.cri.v1.runtime"]
   # This host lacks CAP_SYS_RESOURCE: runc cannot lower oom_score_adj.
   restrict_oom_score_adj = true
+  # A Block volume's device node is owned by the pod's runAsUser/runAsGroup,
+  # as KubeVirt and CDI ask of the runtime, so non-root workers can open it.
+  device_ownership_from_security_context = true
   cdi_spec_dirs = [%[11]q]
   [plugins."io.containerd.cri.v1.runtime".containerd]
     default_runtime_name = "runc"

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,15 +33,16 @@ func throttledServer(t *testing.T, dir string, bytesPerSec int) string {
 	return serveDir(t, dir, bytesPerSec)
 }
 
-// serveDir serves dir over plain HTTP on the host, at the pod network's
-// gateway address where pods reach it; bytesPerSec > 0 throttles responses.
+// serveDir serves dir over plain HTTP on the host, at the address pods
+// reach it on (the node's, or the node agent's gateway), and nowhere else;
+// bytesPerSec > 0 throttles responses.
 func serveDir(t *testing.T, dir string, bytesPerSec int) string {
 	t.Helper()
-	prefix, err := netip.ParsePrefix(cl.PodSubnet)
+	gw, err := cl.GatewayAddress()
 	if err != nil {
-		t.Fatalf("pod subnet %q: %v", cl.PodSubnet, err)
+		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "0.0.0.0:0")
+	ln, err := net.Listen("tcp", net.JoinHostPort(gw, "0"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func serveDir(t *testing.T, dir string, bytesPerSec int) string {
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
-	return fmt.Sprintf("http://%s:%d", prefix.Addr().Next(), ln.Addr().(*net.TCPAddr).Port)
+	return "http://" + ln.Addr().String()
 }
 
 // slowWriter lets perTick bytes through every 50 ms.

@@ -1,6 +1,7 @@
 // Package e2e holds end-to-end tests against one real local cluster per
 // package run (see tests/cluster): real control plane, real CSI sidecars,
-// our hostpath CSI driver and node agent.
+// our hostpath CSI driver, and a real node: kubelet, containerd, kube-proxy
+// and CoreDNS running pods from images built here.
 package e2e
 
 import (
@@ -33,9 +34,13 @@ func runMain(m *testing.M) int {
 		log.Printf("e2e: sweeping stale clusters: %v", err)
 	}
 	start := time.Now()
+	// KUBEFILL_REAL_NODE=1 runs a real node (kubelet, containerd) instead
+	// of the stand-in node agent.
+	nodeAgent := os.Getenv("KUBEFILL_REAL_NODE") != "1"
 	c, err := cluster.Start(context.Background(), cluster.Options{
 		Storage:   true,
-		NodeAgent: true,
+		Node:      !nodeAgent,
+		NodeAgent: nodeAgent,
 		// Before kube-controller-manager starts, so that its garbage
 		// collector follows DataVolumes from the first test on.
 		KubefillCRDs: true,

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -55,7 +56,7 @@ func startUploadStack(t *testing.T) *uploadStack {
 		t.Fatal(err)
 	}
 	// The controller publishes the proxy's URL in CDIConfig, where the CLI looks.
-	proxyURL := fmt.Sprintf("https://127.0.0.1:%d", port)
+	proxyURL := "https://" + net.JoinHostPort(cl.UploadProxyHost(), strconv.Itoa(port))
 	c := startKubefill(t, func(o *controller.ManagerOptions) { o.UploadProxyURL = proxyURL })
 	kit.Eventually(t, time.Minute, kit.Interval, "CDIConfig config to publish the upload proxy URL "+proxyURL, func() (bool, string, error) {
 		cfg := &cdiv1.CDIConfig{}

@@ -183,7 +183,7 @@ func TestBlockPublishLoopDevice(t *testing.T) {
 		t.Fatal("the snapshot of an attached volume lacks bytes still cached in the device")
 	}
 	clone, err := ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "blk-clone", CapacityRange: &csi.CapacityRange{RequiredBytes: size},
-		VolumeCapabilities: []*csi.VolumeCapability{capOf(true)},
+		VolumeCapabilities:  []*csi.VolumeCapability{capOf(true)},
 		VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: id}}}})
 	if err != nil {
 		t.Fatal(err)
@@ -289,7 +289,9 @@ func TestFilesystemPublishBindMount(t *testing.T) {
 	if _, err := node.NodePublishVolume(ctx, req); err != nil {
 		t.Fatalf("publish: %v", err)
 	}
-	t.Cleanup(func() { _, _ = node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: target}) })
+	t.Cleanup(func() {
+		_, _ = node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: target})
+	})
 	if m, err := isMountPoint(target); err != nil || !m {
 		t.Fatalf("target is a mount point: %v, %v", m, err)
 	}
@@ -314,7 +316,9 @@ func TestFilesystemPublishBindMount(t *testing.T) {
 	if _, err := node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: id, TargetPath: roTarget, VolumeCapability: flagged, Readonly: true}); err != nil {
 		t.Fatalf("read-only publish: %v", err)
 	}
-	t.Cleanup(func() { _, _ = node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: roTarget}) })
+	t.Cleanup(func() {
+		_, _ = node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: roTarget})
+	})
 	if got, err := os.ReadFile(filepath.Join(roTarget, "disk.img")); err != nil || string(got) != "kubefill" {
 		t.Fatalf("read-only target reads %q, %v", got, err)
 	}

@@ -1,0 +1,296 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+
+	"github.com/kubefill/kubefill/pkg/datapath/testimg"
+	"github.com/kubefill/kubefill/tests/cluster"
+	"github.com/kubefill/kubefill/tests/kit"
+)
+
+// These tests need what only a real node has: kernel memory limits,
+// kube-proxy Services, cluster DNS and the guard on the host's routes.
+
+func needRealNode(t *testing.T) {
+	t.Helper()
+	if cl.NodeIP() == "" {
+		t.Skip("needs the real node (KUBEFILL_NODE_AGENT=1 runs the stand-in)")
+	}
+}
+
+// TestGuardKeepsPodTrafficOnTheMachine: a pod sends to an address outside
+// the machine (TEST-NET-1): the host would route it out through its own
+// interface, and the guard drops it there, which its counters show.
+func TestGuardKeepsPodTrafficOnTheMachine(t *testing.T) {
+	needRealNode(t)
+	before, err := cluster.GuardDrops(cl.GuardChain())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := newNamespace(t)
+	runToCompletion(t, ns, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "escape"},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: "main", Image: shellImage, Command: []string{"sh", "-c",
+				`nc -w 2 192.0.2.1 80 </dev/null; echo "nc exit $?" > /dev/termination-log; true`}}},
+		},
+	})
+	after, err := cluster.GuardDrops(cl.GuardChain())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after <= before {
+		t.Fatalf("the guard dropped %d packets before and %d after a pod dialled 192.0.2.1; its traffic was not stopped at the host's edge", before, after)
+	}
+	t.Logf("guard %s dropped %d packets of the pod's", cl.GuardChain(), after-before)
+}
+
+// TestMemoryLimitKillsPod: a container that allocates past its memory limit
+// is killed by the kernel (OOMKilled, exit 137).
+func TestMemoryLimitKillsPod(t *testing.T) {
+	needRealNode(t)
+	ns := newNamespace(t)
+	limit := corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("32Mi"), corev1.ResourceCPU: resource.MustParse("200m")}
+	createPod(t, ns, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "hog"},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{
+				Name: "main", Image: shellImage,
+				// dd's buffer is one 200 MiB block, touched as it reads.
+				Command:   []string{"dd", "if=/dev/zero", "of=/dev/null", "bs=200M", "count=1"},
+				Resources: corev1.ResourceRequirements{Limits: limit, Requests: limit},
+			}},
+		},
+	})
+	p := waitPod(t, ns, "hog", time.Minute, "Failed", func(p *corev1.Pod) bool { return kit.Terminal(p.Status.Phase) })
+	term := p.Status.ContainerStatuses[0].State.Terminated
+	if p.Status.Phase != corev1.PodFailed || term == nil || term.Reason != "OOMKilled" || term.ExitCode != 137 {
+		t.Fatalf("pod ended %s with %+v, want Failed, OOMKilled, exit 137", p.Status.Phase, term)
+	}
+}
+
+// TestServicesAndClusterDNS: a Service in front of a pod answers at its
+// ClusterIP and at its DNS name, from another pod and from the host; the
+// kubernetes Service reaches kube-apiserver.
+func TestServicesAndClusterDNS(t *testing.T) {
+	needRealNode(t)
+	ns := newNamespace(t)
+	server := serverPod("web")
+	server.Labels = map[string]string{"app": "web"}
+	createPod(t, ns, server)
+	waitPod(t, ns, "web", time.Minute, "Ready", podReady)
+	svc, err := cl.Client.CoreV1().Services(ns).Create(context.Background(), &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"}, Ports: []corev1.ServicePort{
+			{Port: 80, TargetPort: intstr.FromInt32(8080)},
+		}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// busybox's nc cannot resolve names (static glibc): nslookup does, then
+	// nc dials the address. kube-apiserver answers plain HTTP with an
+	// HTTP 400, which proves the kubernetes Service reaches it.
+	script := fmt.Sprintf(`set -e
+addr=$(nslookup web.%[1]s.svc.cluster.local | awk '/^Address: /{a=$2} END{print a}')
+printf '%%s|' "$addr" > /dev/termination-log
+printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 "$addr" 80 | tail -n 1 >> /dev/termination-log
+api=$(nslookup kubernetes.default.svc.cluster.local | awk '/^Address: /{a=$2} END{print a}')
+printf '|%%s|' "$api" >> /dev/termination-log
+printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 "$api" 443 | head -n 1 >> /dev/termination-log`, ns)
+	var msg string
+	kit.Eventually(t, time.Minute, time.Second, "a pod to reach the Service by name", func() (bool, string, error) {
+		name := "client-" + randomSuffix()
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{
+				Name: "main", Image: shellImage, Command: []string{"sh", "-c", script},
+			}}},
+		}
+		createPod(t, ns, pod)
+		p := waitPod(t, ns, name, time.Minute, "ended", func(p *corev1.Pod) bool { return kit.Terminal(p.Status.Phase) })
+		if cs := p.Status.ContainerStatuses[0].State.Terminated; cs != nil {
+			msg = cs.Message
+		}
+		return p.Status.Phase == corev1.PodSucceeded, "last try: " + msg, nil
+	})
+	want := svc.Spec.ClusterIP + "|hello from web\n|10.96.0.1|HTTP/1.0 400 Bad Request\r\n"
+	if msg != want {
+		t.Fatalf("the client pod said %q, want %q", msg, want)
+	}
+	// From the host: kube-proxy's rules apply to the host's own traffic too.
+	out, err := exec.Command("sh", "-c", fmt.Sprintf(`printf 'GET / HTTP/1.0\r\n\r\n' | busybox nc -w 5 %s 80 | tail -n 1`, svc.Spec.ClusterIP)).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "hello from web" {
+		t.Fatalf("host GET of ClusterIP %s: %v: %q", svc.Spec.ClusterIP, err, out)
+	}
+}
+
+// TestImporterImportsUnder64MiLimit: with CDIConfig's podResourceRequirements
+// limiting worker pods to 64Mi, the importer still imports a 2 GiB
+// zlib-compressed qcow2 and a 2 GiB raw.gz: its memory does not grow with
+// the image, and the kernel enforces the limit (CDI's importer is
+// OOM-killed at 600Mi on such images: its issues #2110 and #3119).
+func TestImporterImportsUnder64MiLimit(t *testing.T) {
+	needRealNode(t)
+	c := startKubefill(t)
+	setPodLimits(t, c, "64Mi")
+	ns := newNamespace(t)
+	dir := t.TempDir()
+	raw := patternedRaw(t, dir, 2<<30)
+	want := testimg.FileSHA256(t, raw)
+	qcow := filepath.Join(dir, "disk.qcow2")
+	testimg.QemuImg(t, "convert", "-f", "raw", "-O", "qcow2", "-c", raw, qcow)
+	gz := exec.Command("sh", "-c", fmt.Sprintf("gzip -1 -c %s > %s", raw, filepath.Join(dir, "disk.raw.gz")))
+	if out, err := gz.CombinedOutput(); err != nil {
+		t.Fatalf("gzip: %v: %s", err, out)
+	}
+	if err := os.Remove(raw); err != nil {
+		t.Fatal(err)
+	}
+	url := imageServer(t, dir)
+	for _, name := range []string{"disk.qcow2", "disk.raw.gz"} {
+		dvName := strings.ReplaceAll(name, ".", "-")
+		dv := kit.DataVolume(ns, dvName, kit.HTTP(url+"/"+name), kit.WithPVC(filesystemClaim("2300Mi")))
+		start := time.Now()
+		if err := c.Create(context.Background(), dv); err != nil {
+			t.Fatal(err)
+		}
+		var worker *corev1.Pod
+		got, _ := kit.WaitDataVolume(t, c, ns, dvName, 10*time.Minute, func(dv *cdiv1.DataVolume) bool {
+			if p, err := cl.Client.CoreV1().Pods(ns).Get(context.Background(), cdiv1.ImporterPodName(dv.Name), metav1.GetOptions{}); err == nil {
+				worker = p
+			}
+			return kit.Terminal(dv.Status.Phase)
+		})
+		if got.Status.Phase != cdiv1.Succeeded {
+			t.Fatalf("%s ended %s: %+v\nevents:\n%s", name, got.Status.Phase, got.Status.Conditions, eventsFor(ns, dvName))
+		}
+		if worker == nil {
+			t.Fatalf("%s: never saw the importer pod", name)
+		}
+		lim := worker.Spec.Containers[0].Resources.Limits[corev1.ResourceMemory]
+		if lim.Cmp(resource.MustParse("64Mi")) != 0 {
+			t.Fatalf("%s: the importer pod's memory limit is %s, want 64Mi from CDIConfig", name, lim.String())
+		}
+		t.Logf("%s: 2 GiB imported in %s under a 64Mi limit", name, time.Since(start).Round(time.Millisecond))
+		if sum := claimSHA256(t, ns, dvName, 2<<30); sum != want {
+			t.Errorf("%s: the claim holds sha256 %s, the image is %s", name, sum, want)
+		}
+	}
+}
+
+// setPodLimits sets CDIConfig's podResourceRequirements (memory limit
+// and request) for the test and restores it afterwards.
+func setPodLimits(t *testing.T, c client.Client, memory string) {
+	t.Helper()
+	ctx := context.Background()
+	cfg := &cdiv1.CDIConfig{}
+	key := types.NamespacedName{Name: cdiv1.CDIConfigName}
+	kit.Eventually(t, time.Minute, kit.Interval, "CDIConfig to exist", func() (bool, string, error) {
+		err := c.Get(ctx, key, cfg)
+		return err == nil, fmt.Sprint(err), nil
+	})
+	old := cfg.Spec.PodResourceRequirements.DeepCopy()
+	q := resource.MustParse(memory)
+	cfg.Spec.PodResourceRequirements = &corev1.ResourceRequirements{
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: q, corev1.ResourceCPU: resource.MustParse("1")},
+		Requests: corev1.ResourceList{corev1.ResourceMemory: q, corev1.ResourceCPU: resource.MustParse("100m")},
+	}
+	if err := c.Update(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cur := &cdiv1.CDIConfig{}
+		if err := c.Get(ctx, key, cur); err != nil {
+			t.Errorf("restore CDIConfig: %v", err)
+			return
+		}
+		cur.Spec.PodResourceRequirements = old
+		if err := c.Update(ctx, cur); err != nil {
+			t.Errorf("restore CDIConfig: %v", err)
+		}
+	})
+	kit.Eventually(t, time.Minute, kit.Interval, "CDIConfig status to carry the pod limits", func() (bool, string, error) {
+		cur := &cdiv1.CDIConfig{}
+		if err := c.Get(ctx, key, cur); err != nil {
+			return false, "", err
+		}
+		r := cur.Status.DefaultPodResourceRequirements
+		ok := r != nil && r.Limits.Memory().Cmp(q) == 0
+		return ok, fmt.Sprintf("status %+v", r), nil
+	})
+}
+
+// patternedRaw writes a raw image of size bytes with data in every block
+// (each 4 KiB block holds its own number), so that nothing of it is a hole
+// and zlib and gzip still shrink it.
+func patternedRaw(t *testing.T, dir string, size int64) string {
+	t.Helper()
+	path := filepath.Join(dir, "pattern.raw")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 4<<20)
+	for off := int64(0); off < size; off += int64(len(buf)) {
+		for b := 0; b < len(buf); b += 4096 {
+			block := uint64(off+int64(b)) / 4096
+			for i := 0; i < 4096; i += 8 {
+				v := block + uint64(i)
+				for k := 0; k < 8; k++ {
+					buf[b+i+k] = byte(v >> (8 * k))
+				}
+			}
+		}
+		if _, err := f.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestBlockDataVolumeReadFromDevice: a Block DataVolume's bytes, read back
+// from the device node inside a pod, are the image's.
+func TestBlockDataVolumeReadFromDevice(t *testing.T) {
+	needRealNode(t)
+	c := startKubefill(t)
+	ns := newNamespace(t)
+	dir := t.TempDir()
+	name, virtualSize, want := testImage(t, dir)
+	url := imageServer(t, dir) + "/" + name
+	spec := kit.ClaimSpec("64Mi", kit.Class(cluster.StorageClassImmediate), kit.Mode(corev1.PersistentVolumeBlock))
+	if err := c.Create(context.Background(), kit.DataVolume(ns, "blk", kit.HTTP(url), kit.WithPVC(spec))); err != nil {
+		t.Fatal(err)
+	}
+	dv, _ := kit.WaitDataVolumeTerminal(t, c, ns, "blk", 4*time.Minute)
+	if dv.Status.Phase != cdiv1.Succeeded {
+		t.Fatalf("DataVolume ended %s: %+v\nevents:\n%s", dv.Status.Phase, dv.Status.Conditions, eventsFor(ns, "blk"))
+	}
+	pod := podWithClaim("read-blk", "blk", true, fmt.Sprintf(
+		`test -b /dev/xvda || { echo "/dev/xvda is not a block device" > /dev/termination-log; exit 1; }; head -c %d /dev/xvda | sha256sum | cut -d' ' -f1 > /dev/termination-log`, virtualSize))
+	if got := strings.TrimSpace(runToCompletion(t, ns, pod)); got != want {
+		t.Fatalf("the device holds sha256 %s over %d bytes, qemu-img convert gives %s", got, virtualSize, want)
+	}
+}
