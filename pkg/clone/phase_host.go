@@ -84,7 +84,38 @@ func (p *hostClonePhase) Reconcile(ctx context.Context, f *populators.Flow) (pop
 		return up, nil
 	}
 	src.Done = false
-	return betweenAttempts(src, f.Target.Annotations), nil
+	var lastFailure string
+	switch src.Reason {
+	case reasonWorkerRetrying:
+		// Kept on the prime: the next reconcile may read a target from the
+		// cache that does not show this failure yet.
+		if err := populators.PatchAnnotations(ctx, p.run.k.Client, f.Prime, map[string]string{annSourceFailure: src.Message}); err != nil {
+			return populators.Result{}, fmt.Errorf("recording the source pod's failure on %s/%s: %w", f.Prime.Namespace, f.Prime.Name, err)
+		}
+	case reasonWorkerBackoff:
+		if lastFailure, err = p.lastFailure(ctx, f.Prime); err != nil {
+			return populators.Result{}, err
+		}
+	}
+	return betweenAttempts(src, lastFailure), nil
+}
+
+// annSourceFailure on a host-assisted clone's prime is the last failure of
+// its source pod, shown while the next one is held off.
+const annSourceFailure = "kubefill.io/clone-source-failure"
+
+// lastFailure reads the prime's last source pod failure uncached: it was
+// written moments ago, by the reconcile that removed the failed pod.
+func (p *hostClonePhase) lastFailure(ctx context.Context, prime *corev1.PersistentVolumeClaim) (string, error) {
+	reader := p.run.k.Reader
+	if reader == nil {
+		reader = p.run.k.Client
+	}
+	fresh := &corev1.PersistentVolumeClaim{}
+	if err := reader.Get(ctx, client.ObjectKeyFromObject(prime), fresh); err != nil {
+		return "", fmt.Errorf("reading prime %s/%s: %w", prime.Namespace, prime.Name, err)
+	}
+	return fresh.Annotations[annSourceFailure], nil
 }
 
 // The base worker's reasons for a failed worker pod that will run again,
@@ -97,15 +128,14 @@ const (
 // betweenAttempts keeps a failed source pod visible until the next one
 // runs: the failure is a Warning event, and while the next attempt is held
 // off the target keeps the failure's message ("attempt 1 failed: …;
-// retrying in 10s") instead of a bare "waiting". target is the target's
-// annotations, where the last message is. Pure.
-func betweenAttempts(res populators.Result, target map[string]string) populators.Result {
+// retrying in 10s", lastFailure) instead of a bare "waiting". Pure.
+func betweenAttempts(res populators.Result, lastFailure string) populators.Result {
 	switch res.Reason {
 	case reasonWorkerRetrying:
 		res.Event = corev1.EventTypeWarning
 	case reasonWorkerBackoff:
-		if target[cdiv1.AnnRunningConditionReason] == reasonWorkerRetrying && target[cdiv1.AnnRunningConditionMessage] != "" {
-			res.Reason, res.Message = reasonWorkerRetrying, target[cdiv1.AnnRunningConditionMessage]
+		if lastFailure != "" {
+			res.Reason, res.Message = reasonWorkerRetrying, lastFailure
 		}
 	}
 	return res

@@ -5,7 +5,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 	"github.com/kubefill/kubefill/pkg/populators"
 )
 
@@ -13,22 +12,21 @@ import (
 // one runs.
 func TestBetweenAttempts(t *testing.T) {
 	failed := "attempt 1 failed: dial tcp 10.0.0.9:8443: connection refused; retrying in 10s"
-	shown := map[string]string{cdiv1.AnnRunningConditionReason: reasonWorkerRetrying, cdiv1.AnnRunningConditionMessage: failed}
 	for _, tc := range []struct {
 		name      string
 		res       populators.Result
-		target    map[string]string
+		last      string
 		wantEvent string
 		wantMsg   string
 	}{
-		{"a failure is a Warning event", populators.Result{Reason: reasonWorkerRetrying, Message: failed}, nil, corev1.EventTypeWarning, failed},
-		{"the hold-off keeps the failure", populators.Result{Reason: reasonWorkerBackoff, Message: "waiting before the next attempt"}, shown, "", failed},
-		{"a hold-off after something else", populators.Result{Reason: reasonWorkerBackoff, Message: "waiting before the next attempt"},
-			map[string]string{cdiv1.AnnRunningConditionReason: "Pending"}, "", "waiting before the next attempt"},
-		{"the next pod runs", populators.Result{Reason: "Pending"}, shown, "", ""},
+		{"a failure is a Warning event", populators.Result{Reason: reasonWorkerRetrying, Message: failed}, "", corev1.EventTypeWarning, failed},
+		{"the hold-off keeps the failure", populators.Result{Reason: reasonWorkerBackoff, Message: "waiting before the next attempt"}, failed, "", failed},
+		{"a hold-off with no failure recorded", populators.Result{Reason: reasonWorkerBackoff, Message: "waiting before the next attempt"},
+			"", "", "waiting before the next attempt"},
+		{"the next pod runs", populators.Result{Reason: "Pending"}, failed, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := betweenAttempts(tc.res, tc.target)
+			got := betweenAttempts(tc.res, tc.last)
 			if got.Event != tc.wantEvent || got.Message != tc.wantMsg {
 				t.Errorf("event %q message %q, want %q %q", got.Event, got.Message, tc.wantEvent, tc.wantMsg)
 			}

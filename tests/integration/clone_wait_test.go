@@ -132,7 +132,17 @@ func TestCloneSourcePodFailureStaysVisible(t *testing.T) {
 	if err := k8sClient.Status().Update(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	dv := waitRunning(t, ns, "disk", failure)
+	dv := &cdiv1.DataVolume{}
+	kit.Eventually(t, 30*time.Second, 100*time.Millisecond, "the DataVolume's Running to say the source pod failed", func() (bool, string, error) {
+		if err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: "disk"}, dv); err != nil {
+			return false, "", err
+		}
+		_ = k8sClient.Get(ctx, client.ObjectKeyFromObject(target), target)
+		running := kit.DataVolumeCondition(dv, cdiv1.DataVolumeRunning)
+		return strings.Contains(running.Message, failure), fmt.Sprintf("Running %+v; claim phase %s running %q %q pod %s",
+			running, target.Annotations[cdiv1.AnnClonePhase], target.Annotations[cdiv1.AnnRunningConditionReason],
+			target.Annotations[cdiv1.AnnRunningConditionMessage], target.Annotations[cdiv1.AnnPodPhase]), nil
+	})
 	t.Logf("Running after the failure: %+v", kit.DataVolumeCondition(dv, cdiv1.DataVolumeRunning))
 	kit.Until(t, 20*time.Second, "the failed source pod to be removed", func() bool {
 		return gone(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: sourceName}})
