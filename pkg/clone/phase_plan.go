@@ -269,7 +269,25 @@ func (p *primePhase) Reconcile(ctx context.Context, f *populators.Flow) (populat
 	if p.run.decision == nil && f.Prime != nil {
 		return populators.Result{Done: true}, nil // handed over
 	}
-	return p.prime.Reconcile(ctx, f)
+	res, err := p.prime.Reconcile(ctx, f)
+	if err != nil || !res.Done {
+		return res, err
+	}
+	if provisioning(f.Prime) {
+		// CDI's CSIClone and SnapshotClone last until the clone or the
+		// restore is bound: the DataVolume shows CSICloneInProgress or
+		// CloneFromSnapshotSourceInProgress meanwhile, not PrepClaim. The
+		// prime's watch brings the target back once it is bound.
+		return populators.Result{RetryAfter: 5 * time.Second}, nil
+	}
+	return res, nil
+}
+
+// provisioning reports whether prime is a CSI clone or a snapshot restore
+// the driver has not finished (not bound yet). An empty prime, which a
+// copy fills, binds when its upload pod starts: it is not waited for. Pure.
+func provisioning(prime *corev1.PersistentVolumeClaim) bool {
+	return prime != nil && prime.Spec.DataSource != nil && prime.Status.Phase != corev1.ClaimBound
 }
 
 // preparePrime renders the prime for the strategy: an empty claim for the

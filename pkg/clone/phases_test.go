@@ -3,6 +3,8 @@ package clone
 import (
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 )
 
@@ -74,5 +76,29 @@ func TestRunningFor(t *testing.T) {
 				t.Errorf("RunningFor = %+v, %v; want %+v, %v", got, ok, c.want, c.ok)
 			}
 		})
+	}
+}
+
+func TestProvisioning(t *testing.T) {
+	claim := func(source bool, phase corev1.PersistentVolumeClaimPhase) *corev1.PersistentVolumeClaim {
+		pvc := &corev1.PersistentVolumeClaim{Status: corev1.PersistentVolumeClaimStatus{Phase: phase}}
+		if source {
+			pvc.Spec.DataSource = &corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: "golden"}
+		}
+		return pvc
+	}
+	for _, tc := range []struct {
+		name  string
+		prime *corev1.PersistentVolumeClaim
+		want  bool
+	}{
+		{"no prime yet", nil, false},
+		{"a CSI clone or restore being provisioned", claim(true, corev1.ClaimPending), true},
+		{"the clone bound", claim(true, corev1.ClaimBound), false},
+		{"an empty prime for a copy", claim(false, corev1.ClaimPending), false},
+	} {
+		if got := provisioning(tc.prime); got != tc.want {
+			t.Errorf("%s: provisioning = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
