@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 	"github.com/kubefill/kubefill/pkg/populators"
@@ -57,6 +58,12 @@ func (k *Kind) checkToken(target *corev1.PersistentVolumeClaim, source *corev1.T
 	p, err := validator.Validate(value)
 	if err != nil {
 		if errors.Is(err, token.ErrClaims) && strings.Contains(err.Error(), "expired") {
+			if dv := metav1.GetControllerOf(target); dv != nil && dv.Kind == "DataVolume" && what == "clone token" {
+				// The DataVolume controller adds the extended token just
+				// after it creates the claim: this wait is short, and the
+				// annotation brings the claim back.
+				return refuse("the short clone token has expired and the claim has no extended clone token yet; DataVolume %s adds it", dv.Name)
+			}
 			return refuse("the %s has expired; create the clone again to get a new one", what)
 		}
 		return refuse("the %s is not valid: %v", what, err)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -185,5 +186,33 @@ func TestClaimsOf(t *testing.T) {
 	}
 	if ClaimsOf(&corev1.PersistentVolumeClaim{}) != nil {
 		t.Error("a claim mounts no claims")
+	}
+}
+
+// An expired short token on a DataVolume's claim, before the DataVolume
+// controller has added the extended one, is a short wait, said as such;
+// on any other claim it is final.
+func TestCheckTokenExpired(t *testing.T) {
+	key, err := token.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := token.NewGeneratorAt(token.CloneTokenIssuer, key, time.Minute, func() time.Time { return time.Now().Add(-time.Hour) })
+	expired, err := old.Generate(token.NewClonePayload(token.ResourcePVC, "golden", "src", "vms", "disk"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &Kind{CloneTokens: token.NewValidator(token.CloneTokenIssuer, &key.PublicKey, 0)}
+	target := func(owners ...metav1.OwnerReference) *corev1.PersistentVolumeClaim {
+		return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: "disk", UID: "u-1", OwnerReferences: owners,
+			Annotations: map[string]string{cdiv1.AnnDataSourceNamespace: "golden", cdiv1.AnnCloneToken: expired}},
+			Spec: corev1.PersistentVolumeClaimSpec{DataSourceRef: &corev1.TypedObjectReference{APIGroup: ptr.To(cdiv1.GroupName), Kind: cdiv1.VolumeCloneSourceRef, Name: "vcs"}}}
+	}
+	if got := k.checkToken(target(), nil); !strings.Contains(got, "has expired; create the clone again") {
+		t.Errorf("a bare claim: %q", got)
+	}
+	dv := metav1.OwnerReference{APIVersion: cdiv1.SchemeGroupVersion.String(), Kind: "DataVolume", Name: "disk", UID: "dv-1", Controller: ptr.To(true)}
+	if got := k.checkToken(target(dv), nil); !strings.Contains(got, "no extended clone token yet; DataVolume disk adds it") {
+		t.Errorf("a DataVolume's claim: %q", got)
 	}
 }
