@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v6/apis/volumesnapshot/v1"
+	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -21,6 +23,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 	"github.com/kubefill/kubefill/pkg/controller"
@@ -38,6 +42,11 @@ type cloneStack struct {
 	c         client.Client
 	adm       *cluster.Admission
 	installNS string
+	// stopController ends the stack's controller manager (see restartController).
+	stopController func()
+	// t is the test the stack was started for: a restarted controller lives
+	// as long as it, not only as long as the subtest that restarted it.
+	t *testing.T
 }
 
 // startCloneStack starts the webhooks first (they create the token signing
@@ -57,16 +66,35 @@ func startCloneStack(t *testing.T, admissionArgs ...string) *cloneStack {
 			t.Errorf("stopping the admission webhooks: %v", err)
 		}
 	})
-	startKubefill(t, cloneTokenKeys(adm))
+	s := &cloneStack{adm: adm, installNS: installNS, t: t}
+	s.startController()
 	scheme := controller.NewScheme()
 	if err := snapshotv1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.New(cl.Config, client.Options{Scheme: scheme})
-	if err != nil {
+	if s.c, err = client.New(cl.Config, client.Options{Scheme: scheme}); err != nil {
 		t.Fatal(err)
 	}
-	return &cloneStack{c: c, adm: adm, installNS: installNS}
+	return s
+}
+
+// startController runs Kubefill's controller manager for the stack (see
+// startKubefill), configured with the admission server's token keys.
+func (s *cloneStack) startController() {
+	s.t.Helper()
+	quietLogs.Do(func() {
+		ctrllog.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
+	})
+	_, s.stopController = startManager(s.t, cloneTokenKeys(s.adm))
+}
+
+// restartController stops the stack's controller manager (its reconciles'
+// requests are cancelled mid-way), waits down, and starts a new one, as a
+// controller pod killed and replaced would be.
+func (s *cloneStack) restartController(down time.Duration) {
+	s.stopController()
+	time.Sleep(down)
+	s.startController()
 }
 
 // cloneTokenKeys configures the controller to validate clone tokens with

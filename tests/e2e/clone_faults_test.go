@@ -1,0 +1,374 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v6/apis/volumesnapshot/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+	"github.com/kubefill/kubefill/pkg/token"
+	"github.com/kubefill/kubefill/tests/cluster"
+	"github.com/kubefill/kubefill/tests/kit"
+)
+
+// shortCloneTokenLifetime is the admission webhook's clone token lifetime
+// in TestCloneFaults: short enough that a test outlives it.
+const shortCloneTokenLifetime = 3 * time.Second
+
+// TestCloneFaults runs the clones that must survive something going wrong,
+// one after another with one admission server (its clone tokens last
+// shortCloneTokenLifetime) and one controller that the kill subtests
+// replace: the controller killed mid-clone for each strategy, a clone whose
+// source appears after its short token expired (CDI #2777), and a clone
+// into a WaitForFirstConsumer class that says what it waits for.
+func TestCloneFaults(t *testing.T) {
+	s := startCloneStack(t, "--clone-token-lifetime="+shortCloneTokenLifetime.String())
+	start := time.Now()
+	t.Run("SourceAfterShortTokenExpired", func(t *testing.T) {
+		// Any strategy: the token is checked before the source is read.
+		s.testSourceAfterTokenExpired(t, s.cloneClass(t, classOpts{strategy: cdiv1.CloneStrategyCsiClone}))
+	})
+	for _, st := range strategies {
+		t.Run("KillControllerMidClone/"+string(st), func(t *testing.T) { s.testKillMidClone(t, st) })
+	}
+	t.Run("WaitForFirstConsumer", func(t *testing.T) { s.testWaitForFirstConsumer(t) })
+	t.Logf("clone fault tests took %s", time.Since(start).Round(time.Millisecond))
+}
+
+// inFlightPhase is the DataVolume phase of each strategy's slow step.
+var inFlightPhase = map[cdiv1.CDICloneStrategy]cdiv1.DataVolumePhase{
+	cdiv1.CloneStrategyHostAssisted: cdiv1.CloneInProgress,
+	cdiv1.CloneStrategySnapshot:     cdiv1.SnapshotForSmartCloneInProgress,
+	cdiv1.CloneStrategyCsiClone:     cdiv1.CSICloneInProgress,
+}
+
+// testKillMidClone stops the controller while a cross-namespace clone is in
+// its strategy's slow step (a 384 MiB copy streaming; a CreateSnapshot or a
+// CSI clone the driver holds for 8 s), starts a new one, and the clone
+// finishes: Succeeded, the source's bytes, each temporary object made once
+// and never two of a kind at a time, and once the DataVolume is deleted
+// nothing is left in either namespace.
+func (s *cloneStack) testKillMidClone(t *testing.T, st cdiv1.CDICloneStrategy) {
+	ctx := context.Background()
+	opts := classOpts{strategy: st}
+	dataMiB, size := 0, "32Mi"
+	switch st {
+	case cdiv1.CloneStrategyHostAssisted:
+		dataMiB, size = 384, "400Mi"
+	case cdiv1.CloneStrategySnapshot:
+		opts.snapshotClass = s.slowSnapshotClass(t, "8s")
+	case cdiv1.CloneStrategyCsiClone:
+		opts.delay = "8s"
+	}
+	class := s.cloneClass(t, opts)
+	srcNs, dstNs := s.namespace(t, "clone-src"), s.namespace(t, "clone-dst")
+	src := s.makeSource(t, srcNs, "golden", class, size, false, dataMiB)
+	temps := trackTemporaries(t, s.c, srcNs, dstNs)
+	s.create(t, kit.DataVolume(dstNs, "survivor", pvcSource(srcNs, "golden"), kit.WithPVC(cloneSpec(class, size, false))))
+
+	dv := &cdiv1.DataVolume{}
+	target := &corev1.PersistentVolumeClaim{}
+	var inFlight string
+	kit.Eventually(t, cloneTimeout, 100*time.Millisecond, "the "+string(st)+" clone to be in "+string(inFlightPhase[st]), func() (bool, string, error) {
+		if err := s.c.Get(ctx, types.NamespacedName{Namespace: dstNs, Name: "survivor"}, dv); err != nil {
+			return false, "", err
+		}
+		if dv.Status.Phase == cdiv1.Succeeded {
+			t.Fatalf("the clone finished before the test saw it in flight (%s)\n%s", st, s.describeClone(dstNs, "survivor", srcNs, dv))
+		}
+		if dv.Status.Phase != inFlightPhase[st] {
+			return false, fmt.Sprintf("DataVolume %s", dv.Status.Phase), nil
+		}
+		if err := s.c.Get(ctx, types.NamespacedName{Namespace: dstNs, Name: "survivor"}, target); err != nil {
+			return false, "", err
+		}
+		uid := string(target.UID)
+		switch st {
+		case cdiv1.CloneStrategyHostAssisted:
+			pod := &corev1.Pod{}
+			if err := s.c.Get(ctx, types.NamespacedName{Namespace: srcNs, Name: uid + "-source-pod"}, pod); err == nil && pod.Status.Phase == corev1.PodRunning {
+				inFlight = "source pod " + pod.Name + " streaming"
+			}
+		case cdiv1.CloneStrategySnapshot:
+			sn := &snapshotv1.VolumeSnapshot{}
+			if err := s.c.Get(ctx, types.NamespacedName{Namespace: srcNs, Name: "tmp-snapshot-" + uid}, sn); err == nil && !ptr.Deref(ptrStatusReady(sn), false) {
+				inFlight = "snapshot " + sn.Name + " being taken"
+			}
+		case cdiv1.CloneStrategyCsiClone:
+			p := &corev1.PersistentVolumeClaim{}
+			if err := s.c.Get(ctx, types.NamespacedName{Namespace: srcNs, Name: "tmp-pvc-" + uid}, p); err == nil && p.Status.Phase == corev1.ClaimPending {
+				inFlight = "CSI clone " + p.Name + " being provisioned"
+			}
+		}
+		return inFlight != "", fmt.Sprintf("DataVolume %s %s", dv.Status.Phase, dv.Status.Progress), nil
+	})
+	t.Logf("killing the controller mid-clone: %s, DataVolume %s %s", inFlight, dv.Status.Phase, dv.Status.Progress)
+	begin := time.Now()
+	// Down long enough for the copy, the snapshot or the CSI clone to go on
+	// without a controller, short enough that the new one finds it running.
+	down := 3 * time.Second
+	if st == cdiv1.CloneStrategyHostAssisted {
+		down = time.Second
+	}
+	s.restartController(down)
+	dv, seen := s.waitCloned(t, dstNs, "survivor", srcNs, cloneTimeout)
+	t.Logf("%s clone finished %s after the controller was killed; phases since %v", st, time.Since(begin).Round(time.Millisecond), seen)
+	pvc := s.assertClone(t, dv, src, cloneExpect{strategy: st})
+	assertBytes(t, dstNs, src.sha, map[string]bool{"survivor": false})
+	temps.check(t, pvc.UID)
+
+	// The readers are done; the claim's protection waits for no pod.
+	s.deletePods(t, dstNs, "read-")
+	if err := s.c.Delete(ctx, dv); err != nil {
+		t.Fatal(err)
+	}
+	s.assertNothingLeft(t, src, dstNs, pvc.UID)
+	assertBytes(t, srcNs, src.sha, map[string]bool{"golden": false})
+}
+
+// testSourceAfterTokenExpired is CDI issue #2777 on the cluster: a
+// cross-namespace clone created before its source, its webhook token
+// lasting seconds, waits saying the source is missing; the source is
+// created once that token is expired (as the controller's own check of it
+// says), and the clone succeeds on the extended token the controller
+// minted at once.
+func (s *cloneStack) testSourceAfterTokenExpired(t *testing.T, class string) {
+	ctx := context.Background()
+	srcNs, dstNs := s.namespace(t, "clone-src"), s.namespace(t, "clone-dst")
+	s.create(t, kit.DataVolume(dstNs, "early", pvcSource(srcNs, "later"), kit.WithPVC(cloneSpec(class, "32Mi", false))))
+	dv := kit.Await(t, time.Minute, 200*time.Millisecond, "the clone to wait for its source with an extended token",
+		func() (*cdiv1.DataVolume, error) {
+			dv := &cdiv1.DataVolume{}
+			return dv, s.c.Get(ctx, types.NamespacedName{Namespace: dstNs, Name: "early"}, dv)
+		},
+		func(dv *cdiv1.DataVolume) bool {
+			return dv.Annotations[cdiv1.AnnExtendedCloneToken] != "" &&
+				strings.Contains(kit.DataVolumeCondition(dv, cdiv1.DataVolumeRunning).Message, "doesn't exist")
+		},
+		func(dv *cdiv1.DataVolume) string { return s.describeClone(dstNs, "early", srcNs, dv) })
+	short := dv.Annotations[cdiv1.AnnCloneToken]
+	if short == "" {
+		t.Fatalf("the DataVolume has no %s: the webhook did not run", cdiv1.AnnCloneToken)
+	}
+	s.waitEvent(t, dstNs, "early", corev1.EventTypeWarning, "CloneWithoutSource", 30*time.Second)
+	// The controller's validator of webhook tokens, with its leeway.
+	keys := &token.DirKeySource{Dir: s.adm.SigningKeyDir, Window: time.Hour}
+	validator := token.NewMultiKeyValidator(token.CloneTokenIssuer, keys.PublicKeys, token.DefaultCloneTokenLeeway)
+	if _, err := validator.Validate(short); err != nil {
+		t.Logf("the short token is already refused: %v", err)
+	}
+	waited := kit.Eventually(t, time.Minute, 500*time.Millisecond, "the short clone token to expire", func() (bool, string, error) {
+		_, err := validator.Validate(short)
+		return err != nil, "still valid", nil
+	})
+	_, err := validator.Validate(short)
+	t.Logf("short token refused %s after the wait began: %v", waited.Round(time.Millisecond), err)
+	src := s.makeSource(t, srcNs, "later", class, "32Mi", false, 0)
+	dv, seen := s.waitCloned(t, dstNs, "early", srcNs, cloneTimeout)
+	t.Logf("clone created before its source, source made after the short token expired: phases %v", seen)
+	s.assertClone(t, dv, src, cloneExpect{strategy: cdiv1.CloneStrategyCsiClone})
+	assertBytes(t, dstNs, src.sha, map[string]bool{"early": false})
+	// The claim may have been seen with only the expired short token for a
+	// moment: never told to re-create a clone that goes on by itself.
+	events := &corev1.EventList{}
+	if err := s.c.List(ctx, events, client.InNamespace(dstNs)); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range events.Items {
+		if e.InvolvedObject.Name == "early" && strings.Contains(e.Message, "create the clone again") {
+			t.Errorf("a %s %s event told the user to re-create the clone: %s", e.Type, e.Reason, e.Message)
+		}
+	}
+}
+
+// testWaitForFirstConsumer clones into the cluster's WaitForFirstConsumer
+// class with no pod using the claim: the DataVolume is PendingPopulation,
+// its Running condition and an event say it waits for a first consumer and
+// how to end that; a pod that uses the claim then gets the source's bytes.
+func (s *cloneStack) testWaitForFirstConsumer(t *testing.T) {
+	ctx := context.Background()
+	srcNs, dstNs := s.namespace(t, "clone-src"), s.namespace(t, "clone-dst")
+	src := s.makeSource(t, srcNs, "golden", cluster.StorageClassImmediate, "32Mi", false, 0)
+	s.create(t, kit.DataVolume(dstNs, "lazy", pvcSource(srcNs, "golden"), kit.WithPVC(cloneSpec(cluster.StorageClassWFFC, "32Mi", false))))
+	dv := kit.Await(t, time.Minute, 200*time.Millisecond, "the clone to say it waits for a first consumer",
+		func() (*cdiv1.DataVolume, error) {
+			dv := &cdiv1.DataVolume{}
+			return dv, s.c.Get(ctx, types.NamespacedName{Namespace: dstNs, Name: "lazy"}, dv)
+		},
+		func(dv *cdiv1.DataVolume) bool {
+			return dv.Status.Phase == cdiv1.PendingPopulation &&
+				strings.Contains(kit.DataVolumeCondition(dv, cdiv1.DataVolumeRunning).Message, "first consumer")
+		},
+		func(dv *cdiv1.DataVolume) string { return s.describeClone(dstNs, "lazy", srcNs, dv) })
+	running := kit.DataVolumeCondition(dv, cdiv1.DataVolumeRunning)
+	t.Logf("Running: %s: %s", running.Reason, running.Message)
+	ev := s.waitEvent(t, dstNs, "lazy", corev1.EventTypeNormal, string(cdiv1.PendingPopulation), 30*time.Second)
+	t.Logf("event %s: %s", ev.Reason, ev.Message)
+	for _, want := range []string{"first consumer", "pod"} {
+		if !strings.Contains(ev.Message, want) {
+			t.Errorf("the %s event %q does not say %q", ev.Reason, ev.Message, want)
+		}
+	}
+	// Still waiting a while later: nothing starts without a consumer.
+	time.Sleep(3 * time.Second)
+	if err := s.c.Get(ctx, types.NamespacedName{Namespace: dstNs, Name: "lazy"}, dv); err != nil {
+		t.Fatal(err)
+	}
+	if dv.Status.Phase != cdiv1.PendingPopulation {
+		t.Errorf("with no consumer the DataVolume went on to %s", dv.Status.Phase)
+	}
+	sum := strings.TrimSpace(runToCompletion(t, dstNs, podWithClaim("consumer", "lazy", false,
+		fmt.Sprintf("head -c %d /data/disk.img | sha256sum | cut -d' ' -f1 > /dev/termination-log", cloneDataSize))))
+	if sum != src.sha {
+		t.Errorf("the first consumer read sha256 %q, the source holds %s", sum, src.sha)
+	}
+	dv, seen := s.waitCloned(t, dstNs, "lazy", srcNs, cloneTimeout)
+	t.Logf("WaitForFirstConsumer clone: phases %v", seen)
+}
+
+// deletePods deletes the pods of ns whose names start with prefix.
+func (s *cloneStack) deletePods(t *testing.T, ns, prefix string) {
+	t.Helper()
+	pods := &corev1.PodList{}
+	if err := s.c.List(context.Background(), pods, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range pods.Items {
+		if strings.HasPrefix(pods.Items[i].Name, prefix) {
+			if err := s.c.Delete(context.Background(), &pods.Items[i]); client.IgnoreNotFound(err) != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// tempTracker records every claim, pod and VolumeSnapshot appearing and
+// going in some namespaces, from a watch, so that a test can count a
+// clone's temporary objects over its whole life.
+type tempTracker struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	events []tempEvent
+}
+
+type tempEvent struct {
+	kind, ns, name string
+	uid            types.UID
+	gone           bool
+}
+
+// trackTemporaries starts watching namespaces until the test ends.
+func trackTemporaries(t *testing.T, c client.Client, namespaces ...string) *tempTracker {
+	t.Helper()
+	wc, err := client.NewWithWatch(cl.Config, client.Options{Scheme: c.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	tr := &tempTracker{cancel: cancel}
+	t.Cleanup(tr.stop)
+	for _, ns := range namespaces {
+		for kind, list := range map[string]func() client.ObjectList{
+			"claim":    func() client.ObjectList { return &corev1.PersistentVolumeClaimList{} },
+			"pod":      func() client.ObjectList { return &corev1.PodList{} },
+			"snapshot": func() client.ObjectList { return &snapshotv1.VolumeSnapshotList{} },
+		} {
+			w, err := wc.Watch(ctx, list(), client.InNamespace(ns))
+			if err != nil {
+				cancel()
+				t.Fatalf("watching %ss in %s: %v", kind, ns, err)
+			}
+			tr.wg.Add(1)
+			go tr.follow(ctx, wc, w, kind, ns, list)
+		}
+	}
+	return tr
+}
+
+// follow records one watch's events, watching again when the server ends it.
+func (tr *tempTracker) follow(ctx context.Context, wc client.WithWatch, w watch.Interface, kind, ns string, list func() client.ObjectList) {
+	defer tr.wg.Done()
+	for {
+		for ev := range w.ResultChan() {
+			obj, ok := ev.Object.(client.Object)
+			if !ok || ev.Type == watch.Bookmark || ev.Type == watch.Error {
+				continue
+			}
+			tr.mu.Lock()
+			tr.events = append(tr.events, tempEvent{kind: kind, ns: ns, name: obj.GetName(), uid: obj.GetUID(), gone: ev.Type == watch.Deleted})
+			tr.mu.Unlock()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		var err error
+		if w, err = wc.Watch(ctx, list(), client.InNamespace(ns)); err != nil {
+			return
+		}
+	}
+}
+
+func (tr *tempTracker) stop() {
+	tr.cancel()
+	tr.wg.Wait()
+}
+
+// check replays what was seen of the objects named after the clone's
+// target uid (tmp-pvc-<uid>, tmp-snapshot-<uid>, <uid>-source-pod,
+// cdi-upload-tmp-pvc-<uid>, …): each was made once (one object, one UID)
+// and never two of a kind existed at once.
+func (tr *tempTracker) check(t *testing.T, uid types.UID) {
+	t.Helper()
+	tr.mu.Lock()
+	events := append([]tempEvent(nil), tr.events...)
+	tr.mu.Unlock()
+	live := map[string]map[types.UID]bool{}
+	made := map[string]map[types.UID]bool{}
+	most := map[string]int{}
+	for _, ev := range events {
+		if !strings.Contains(ev.name, string(uid)) {
+			continue
+		}
+		role := ev.kind + " " + strings.ReplaceAll(ev.name, string(uid), "<uid>")
+		if live[role] == nil {
+			live[role], made[role] = map[types.UID]bool{}, map[types.UID]bool{}
+		}
+		if ev.gone {
+			delete(live[role], ev.uid)
+			continue
+		}
+		live[role][ev.uid], made[role][ev.uid] = true, true
+		most[role] = max(most[role], len(live[role]))
+	}
+	roles := make([]string, 0, len(made))
+	for role := range made {
+		roles = append(roles, role)
+	}
+	sort.Strings(roles)
+	var summary []string
+	for _, role := range roles {
+		summary = append(summary, fmt.Sprintf("%s: made %d, at most %d at once", role, len(made[role]), most[role]))
+		if most[role] > 1 {
+			t.Errorf("%d %ss existed at once", most[role], role)
+		}
+		if len(made[role]) > 1 {
+			t.Errorf("%s was made %d times: the restarted controller redid work", role, len(made[role]))
+		}
+	}
+	if len(roles) == 0 {
+		t.Errorf("no temporary object of the clone was seen: the tracker saw nothing")
+	}
+	t.Logf("temporary objects: %s", strings.Join(summary, "; "))
+}
