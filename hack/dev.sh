@@ -8,7 +8,9 @@
 # against qemu-img's conversion; then `kubefill upload dv` uploads the same
 # qcow2 through the upload proxy, and a pod checks those bytes too. The
 # cluster stays up; `bash hack/dev.sh down` removes everything it made
-# (processes, mounts, network namespaces, veths, files).
+# (processes, pods, mounts, links, cgroups, iptables rules, files).
+# The node is real: kubelet, containerd, kube-proxy and CoreDNS run every pod
+# from images built here (hack/images.sh); nothing is pulled.
 #
 #   bash hack/dev.sh          # or: bash hack/dev.sh up
 #   bash hack/dev.sh down
@@ -32,7 +34,7 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 1
 fi
 
-# The helper binary (CSI driver, node agent, up/down) is built from this
+# The helper binary (CSI driver, up/down) is built from this
 # checkout; the lock is the one the Go test harness takes for the same file.
 build_helper() {
   mkdir -p "$CACHE_ROOT/dev"
@@ -46,11 +48,12 @@ case "$action" in
     # checks images with them, and a fresh machine has none of them.
     log "Debian packages (hack/deps.sh)"
     bash hack/deps.sh
-    log "control plane and CSI sidecars (built once, about 23 minutes cold on 2 cores; cached in ${CACHE_ROOT})"
+    log "control plane, kubelet, CSI sidecars, containerd and CoreDNS (built once, about 30 minutes cold on 2 cores; cached in ${CACHE_ROOT})"
     bash hack/testbin.sh >/dev/null
     bash hack/sidecars.sh >/dev/null
+    bash hack/node.sh >/dev/null
     t=$(date +%s)
-    log "helper binary (CSI driver, node agent, cluster; a minute or two cold)"
+    log "helper binary (CSI driver, cluster; a minute or two cold)"
     build_helper
     log "helper binary ready in $(( $(date +%s) - t ))s"
     "$BIN" up --dir "$DIR" --kubefill
@@ -68,9 +71,10 @@ The local cluster is up ($(( $(date +%s) - start ))s including builds).
   Storage classes: kubefill-hostpath (default, Immediate) and
   kubefill-hostpath-wffc (WaitForFirstConsumer), both with volume expansion;
   VolumeSnapshotClass kubefill-hostpath-snapclass.
-  Pods run on node kubefill-node; images named *kubefill* run the kubefill
-  binary built from this checkout, busybox-like images run the host's shell.
-  Component logs: $DIR/logs/   Pod logs: $DIR/node/pods/<pod uid>/containers/<name>/current.log
+  Pods run on node kubefill-node (kubelet and containerd), from images built
+  from this checkout: kubefill/kubefill:dev (the workers), busybox:1.36,
+  kubefill-test/dev:e2e (the CSI node plugin), registry.k8s.io/pause:3.10.2.
+  Component logs: $DIR/logs/   Pod logs: kubectl logs, or $DIR/pod-logs/
 
   Kubefill (built from this checkout) runs as part of the cluster: its CRDs,
   its controller, its aggregated API server behind the APIService

@@ -3,7 +3,7 @@
 #   checks       gofmt, go.mod tidy, go vet, generated files up to date, API module builds alone
 #   unit         go test over the product packages and the API module
 #   integration  tests/integration against a real kube-apiserver and etcd
-#   e2e          the local cluster's own tests (csi-sanity, node agent), then tests/e2e on it
+#   e2e          the local cluster's own tests (csi-sanity, real node start/stop), then tests/e2e on it
 # Name stages to run only those: hack/test.sh unit integration
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -69,8 +69,20 @@ run_e2e() {
   KUBEFILL_VIRTCTL="$(bash hack/virtctl.sh)/virtctl"
   export KUBEFILL_VIRTCTL
   echo "virtctl ready in $(( $(date +%s) - t ))s"
-  # The harness's own parts: CSI driver (csi-sanity), node agent, control plane start/stop.
-  go test -count=1 -timeout 20m ./tests/csi/... ./tests/nodeagent/... ./tests/cluster/...
+  # The real node's containerd, runc shim, CNI plugins and CoreDNS, and the
+  # images its pods run (built here, no registry).
+  t=$(date +%s)
+  bash hack/node.sh >/dev/null
+  echo "node binaries ready in $(( $(date +%s) - t ))s"
+  t=$(date +%s)
+  KUBEFILL_IMAGES="$(mktemp -d)"
+  export KUBEFILL_IMAGES
+  trap 'rm -rf "$KUBEFILL_IMAGES"' EXIT
+  bash hack/images.sh "$KUBEFILL_IMAGES" >/dev/null
+  echo "images built in $(( $(date +%s) - t ))s"
+  # The harness's own parts: CSI driver (csi-sanity), the real node's start
+  # and stop (nothing left on the host), the dev CLI's up and down.
+  go test -count=1 -timeout 20m ./tests/csi/... ./tests/cluster/...
   go test -count=1 -timeout 40m ./tests/e2e/...
 }
 

@@ -58,7 +58,7 @@ func (a *Admission) PID() int { return a.rec.PID }
 func (c *Cluster) StartAdmission(ctx context.Context, installNS, label string, extraArgs ...string) (*Admission, error) {
 	t0 := time.Now()
 	if c.kubefillBin == "" {
-		return nil, errors.New("the kubefill binary did not build (the cluster needs NodeAgent)")
+		return nil, errors.New("the kubefill binary did not build (the cluster needs a node)")
 	}
 	dir := filepath.Join(c.Dir, "kubefill", "admission-"+installNS)
 	if err := os.MkdirAll(dir, 0o700); err != nil {

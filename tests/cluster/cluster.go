@@ -2,7 +2,9 @@
 // this machine for end-to-end tests and the dev job: etcd, kube-apiserver,
 // kube-controller-manager and kube-scheduler built from the Go module proxy
 // (hack/testbin.sh), our hostpath CSI driver with the real CSI sidecars
-// (hack/sidecars.sh), and our node agent, which stands in for a kubelet.
+// (hack/sidecars.sh), and a real node: containerd, kubelet, kube-proxy and
+// CoreDNS (hack/testbin.sh, hack/node.sh) running pods from images built
+// here (hack/images.sh).
 //
 // It is test infrastructure: the product binary never links it.
 package cluster
@@ -52,15 +54,14 @@ type Options struct {
 	// Storage starts the hostpath CSI driver, its sidecars and the
 	// snapshot controller, and installs the storage classes.
 	Storage bool
-	// NodeAgent starts the node agent, which registers a Node and runs pods.
-	NodeAgent bool
-	// Node runs a real node instead: containerd, kubelet, kube-proxy and
-	// CoreDNS, with every pod from images built here (hack/images.sh), and
-	// kube-apiserver on the node's private address.
+	// Node runs a real node: containerd, kubelet, kube-proxy and CoreDNS,
+	// with every pod from images built here (hack/images.sh), and
+	// kube-apiserver on the node's private address. One machine runs one
+	// real node at a time.
 	Node bool
 	// Kubefill installs Kubefill's CRDs (manifests/crd) and runs its
 	// controller, API server and upload proxy from this checkout against the
-	// cluster (needs NodeAgent, whose build of the kubefill binary it uses).
+	// cluster (needs Node, whose build of the kubefill binary it uses).
 	Kubefill bool
 	// KubefillCRDs installs Kubefill's CRDs without running Kubefill (tests
 	// that run its controllers themselves).
@@ -69,7 +70,7 @@ type Options struct {
 	Detach bool
 	// KeepDir keeps Dir after Stop (logs stay readable).
 	KeepDir bool
-	// HelperBinary is the kubefill-dev binary (CSI driver, node agent).
+	// HelperBinary is the kubefill-dev binary (the CSI driver's host side).
 	// Default: built from this checkout into the cache.
 	HelperBinary string
 	// Logf receives progress lines. Default: discard.
@@ -86,9 +87,9 @@ type Cluster struct {
 	Config *rest.Config
 	// Client is an admin clientset.
 	Client kubernetes.Interface
-	// NodeName is the name of the node the node agent registers.
+	// NodeName is the name of the node kubelet registers.
 	NodeName string
-	// PodSubnet is the private range the node agent gives pod addresses from.
+	// PodSubnet is the private range pods get their addresses from.
 	PodSubnet string
 	// StartupDuration is how long Start took.
 	StartupDuration time.Duration
@@ -133,11 +134,8 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
 	}
-	if opts.Node && opts.NodeAgent {
-		return nil, errors.New("choose the real node or the node agent, not both")
-	}
-	if os.Geteuid() != 0 && (opts.NodeAgent || opts.Storage || opts.Node) {
-		return nil, errors.New("the local cluster's storage and node agent need root (mounts, network namespaces)")
+	if os.Geteuid() != 0 && (opts.Storage || opts.Node) {
+		return nil, errors.New("the local cluster's storage and node need root (mounts, cgroups, iptables)")
 	}
 	repo, err := RepoRoot()
 	if err != nil {
@@ -214,11 +212,6 @@ func (c *Cluster) start(ctx context.Context) error {
 			return err
 		}
 	}
-	if c.opts.NodeAgent {
-		if err := c.startNodeAgent(ctx); err != nil {
-			return err
-		}
-	}
 	if c.opts.Node {
 		if err := c.startRealNode(ctx); err != nil {
 			return err
@@ -242,11 +235,11 @@ func (c *Cluster) start(ctx context.Context) error {
 	return nil
 }
 
-// buildBinaries builds the helper binary and, for the node agent, the
-// kubefill binary that kubefill images run.
+// buildBinaries builds the helper binary and, with a node, the kubefill
+// binary that Kubefill's host-side processes run.
 func (c *Cluster) buildBinaries() error {
 	logf := c.opts.Logf
-	if (c.opts.Storage || c.opts.NodeAgent) && c.opts.HelperBinary == "" {
+	if (c.opts.Storage || c.opts.Node) && c.opts.HelperBinary == "" {
 		t := time.Now()
 		bin, err := goBuild(c.repo, "./tests/cluster/cmd/kubefill-dev", "kubefill-dev")
 		if err != nil {
@@ -255,7 +248,7 @@ func (c *Cluster) buildBinaries() error {
 		c.opts.HelperBinary = bin
 		logf("cluster: helper binary %s (%s)", bin, time.Since(t).Round(time.Millisecond))
 	}
-	if c.opts.NodeAgent || c.opts.Node {
+	if c.opts.Node {
 		t := time.Now()
 		bin, err := goBuild(c.repo, "./cmd/kubefill", "kubefill")
 		if err != nil {

@@ -77,8 +77,7 @@ func Teardown(dir string, removeDir bool) error {
 		return err
 	}
 	var errs []error
-	// Node agent first (it kills its pods gracefully when it can), then the
-	// rest in reverse start order.
+	// In reverse start order: Kubefill, the node, storage, the control plane.
 	for i := len(s.Processes) - 1; i >= 0; i-- {
 		// The pods go before containerd does: removing a sandbox runs CNI
 		// DEL and removes its network namespace.
@@ -94,13 +93,6 @@ func Teardown(dir string, removeDir bool) error {
 	}
 	if s.NetPrefix != "" {
 		errs = append(errs, removeNetwork(s.NetPrefix)...)
-	}
-	if s.PodSubnet != "" {
-		// The node agent's fence for the pod subnet (see nodeagent).
-		if out, err := exec.Command("ip", "route", "del", "unreachable", s.PodSubnet).CombinedOutput(); err != nil &&
-			!strings.Contains(string(out), "No such process") {
-			errs = append(errs, fmt.Errorf("ip route del unreachable %s: %v: %s", s.PodSubnet, err, strings.TrimSpace(string(out))))
-		}
 	}
 	if err := unmountUnder(dir); err != nil {
 		errs = append(errs, err)
@@ -305,6 +297,14 @@ func SweepStale() error {
 	return errors.Join(errs...)
 }
 
+// HostAddress is the host's address that pods reach: the node's address.
+func (s *State) HostAddress() string {
+	if s.Node != nil && s.Node.Net != nil {
+		return s.Node.Net.NodeIP
+	}
+	return ""
+}
+
 // Running reports whether any process the cluster started still runs.
 func (s *State) Running() bool {
 	for _, p := range s.Processes {
@@ -346,11 +346,6 @@ func (s *State) Leftovers() []string {
 	}
 	for _, dev := range loopDevicesUnder(s.Dir) {
 		out = append(out, "loop device "+dev)
-	}
-	if s.PodSubnet != "" {
-		if b, err := exec.Command("ip", "route", "show", "type", "unreachable", s.PodSubnet).Output(); err == nil && len(strings.TrimSpace(string(b))) > 0 {
-			out = append(out, "route unreachable "+s.PodSubnet)
-		}
 	}
 	if s.SubnetLock != "" {
 		if _, err := os.Stat(s.SubnetLock); err == nil {

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -94,18 +93,13 @@ func FreePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// GatewayAddress is the host's address that pods reach: the node address
-// on a real node, else the gateway of the node agent's pod network.
+// GatewayAddress is the host's address that pods reach: the node address.
 // kube-apiserver reaches host processes listening there too.
 func (c *Cluster) GatewayAddress() (string, error) {
 	if ip := c.NodeIP(); ip != "" {
 		return ip, nil
 	}
-	prefix, err := netip.ParsePrefix(c.PodSubnet)
-	if err != nil {
-		return "", fmt.Errorf("pod subnet %q (is the node agent running?): %w", c.PodSubnet, err)
-	}
-	return prefix.Addr().Next().String(), nil
+	return "", errors.New("the cluster runs no node (Options.Node)")
 }
 
 // StartUploadServices runs the token API server and the upload proxy for a

@@ -34,7 +34,7 @@ func throttledServer(t *testing.T, dir string, bytesPerSec int) string {
 }
 
 // serveDir serves dir over plain HTTP on the host, at the address pods
-// reach it on (the node's, or the node agent's gateway), and nowhere else;
+// reach it on (the node's), and nowhere else;
 // bytesPerSec > 0 throttles responses.
 func serveDir(t *testing.T, dir string, bytesPerSec int) string {
 	t.Helper()
@@ -426,8 +426,8 @@ func TestDeleteMidImportLeaksNothing(t *testing.T) {
 	if volume == "" {
 		t.Fatal("the prime has no volume mid-import")
 	}
-	// The node agent publishes the importer's final status before it
-	// removes the pod; a watch sees it.
+	// kubelet publishes the importer's final status before the pod is
+	// removed; a watch sees it.
 	w, err := cl.Client.CoreV1().Pods(ns).Watch(context.Background(), metav1.ListOptions{LabelSelector: cdiv1.LabelComponent + "=importer"})
 	if err != nil {
 		t.Fatal(err)

@@ -34,13 +34,9 @@ func runMain(m *testing.M) int {
 		log.Printf("e2e: sweeping stale clusters: %v", err)
 	}
 	start := time.Now()
-	// KUBEFILL_REAL_NODE=1 runs a real node (kubelet, containerd) instead
-	// of the stand-in node agent.
-	nodeAgent := os.Getenv("KUBEFILL_REAL_NODE") != "1"
 	c, err := cluster.Start(context.Background(), cluster.Options{
-		Storage:   true,
-		Node:      !nodeAgent,
-		NodeAgent: nodeAgent,
+		Storage: true,
+		Node:    true,
 		// Before kube-controller-manager starts, so that its garbage
 		// collector follows DataVolumes from the first test on.
 		KubefillCRDs: true,

@@ -14,7 +14,8 @@ import (
 	"github.com/kubefill/kubefill/tests/kit"
 )
 
-// shellImage is an image the node agent maps to the host's /bin/sh.
+// shellImage is the test shell image hack/images.sh builds (Debian's static
+// busybox), imported into the node's containerd.
 const shellImage = "busybox:1.36"
 
 // podWithClaim is a one-shot pod that runs script with a claim mounted at

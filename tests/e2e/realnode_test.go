@@ -154,6 +154,7 @@ func TestImporterImportsUnder64MiLimit(t *testing.T) {
 	setPodLimits(t, c, "64Mi")
 	ns := newNamespace(t)
 	dir := t.TempDir()
+	begin := time.Now()
 	raw := patternedRaw(t, dir, 2<<30)
 	want := testimg.FileSHA256(t, raw)
 	qcow := filepath.Join(dir, "disk.qcow2")
@@ -165,6 +166,7 @@ func TestImporterImportsUnder64MiLimit(t *testing.T) {
 	if err := os.Remove(raw); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("2 GiB fixtures written and compressed in %s", time.Since(begin).Round(time.Millisecond))
 	url := imageServer(t, dir)
 	for _, name := range []string{"disk.qcow2", "disk.raw.gz"} {
 		dvName := strings.ReplaceAll(name, ".", "-")
@@ -175,8 +177,9 @@ func TestImporterImportsUnder64MiLimit(t *testing.T) {
 		}
 		var worker *corev1.Pod
 		got, _ := kit.WaitDataVolume(t, c, ns, dvName, 10*time.Minute, func(dv *cdiv1.DataVolume) bool {
-			if p, err := cl.Client.CoreV1().Pods(ns).Get(context.Background(), cdiv1.ImporterPodName(dv.Name), metav1.GetOptions{}); err == nil {
-				worker = p
+			pods, err := cl.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: cdiv1.LabelComponent + "=importer"})
+			if err == nil && len(pods.Items) > 0 {
+				worker = &pods.Items[0]
 			}
 			return kit.Terminal(dv.Status.Phase)
 		})

@@ -464,8 +464,8 @@ func processPeakRSS(pid int) int64 {
 	return 0
 }
 
-// findProcess returns the pid of a running `kubefill <subcommand>` (the
-// node agent runs pods' containers as host processes), or 0.
+// findProcess returns the pid of a running `kubefill <subcommand>` (a
+// container's processes are the host's too, seen from outside), or 0.
 func findProcess(subcommand string) int {
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, d := range dirs {

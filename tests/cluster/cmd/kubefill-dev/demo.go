@@ -104,7 +104,7 @@ func runDemo(args []string) error {
 		return err
 	}
 	disk := demoDisk{path: filepath.Join(dir, name), size: size, sha: sum}
-	if err := runImportDemo(ctx, cfg, client, st.PodSubnet, disk); err != nil {
+	if err := runImportDemo(ctx, cfg, client, st.HostAddress(), disk); err != nil {
 		return err
 	}
 	return runUploadDemo(ctx, client, *kubeconfig, *importDir, disk)

@@ -42,7 +42,7 @@ func runUp(args []string) error {
 	c, err := cluster.Start(context.Background(), cluster.Options{
 		Dir:          *dir,
 		Storage:      true,
-		NodeAgent:    true,
+		Node:         true,
 		Kubefill:     *kubefill,
 		Detach:       true,
 		KeepDir:      true,

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -95,23 +94,19 @@ func fileSHA256(path string) (string, error) {
 }
 
 // runImportDemo is the main job's import: a DataVolume imports a small
-// qcow2 served over HTTP (from this process, at the pod network's gateway
-// address) through Kubefill's controller and worker pod; its phase and
+// qcow2 served over HTTP (from this process, at the node address where pods
+// reach the host, and nowhere else) through Kubefill's controller and worker pod; its phase and
 // progress are printed as they change, and a pod checks the bytes.
-func runImportDemo(ctx context.Context, cfg *rest.Config, client kubernetes.Interface, podSubnet string, disk demoDisk) error {
-	prefix, err := netip.ParsePrefix(podSubnet)
-	if err != nil {
-		return fmt.Errorf("pod subnet %q: %w", podSubnet, err)
-	}
+func runImportDemo(ctx context.Context, cfg *rest.Config, client kubernetes.Interface, hostAddr string, disk demoDisk) error {
 	dir, name, size, want := filepath.Dir(disk.path), filepath.Base(disk.path), disk.size, disk.sha
-	ln, err := net.Listen("tcp", "0.0.0.0:0")
+	ln, err := net.Listen("tcp", net.JoinHostPort(hostAddr, "0"))
 	if err != nil {
 		return err
 	}
 	srv := &http.Server{Handler: http.FileServer(http.Dir(dir)), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
-	url := fmt.Sprintf("http://%s:%d/%s", prefix.Masked().Addr().Next(), ln.Addr().(*net.TCPAddr).Port, name)
+	url := fmt.Sprintf("http://%s/%s", ln.Addr().String(), name)
 
 	dvName := fmt.Sprintf("demo-import-%d", time.Now().Unix())
 	dv := &cdiv1.DataVolume{

@@ -6,8 +6,6 @@
 //	kubefill-dev demo --kubeconfig  a PVC provisioned, bound, written and read by pods
 //	kubefill-dev csi-driver ...     the hostpath CSI driver
 //	kubefill-dev csi-resizer ...    volume expansion for it (external-resizer's part)
-//	kubefill-dev node-agent ...     the node agent (kubelet stand-in)
-//	kubefill-dev pod-init ...       (internal) a container's first process
 package main
 
 import (
@@ -44,10 +42,6 @@ func main() {
 		err = runCSIDriver(args)
 	case "csi-resizer":
 		err = runCSIResizer(args)
-	case "node-agent":
-		err = runNodeAgent(args)
-	case "pod-init":
-		err = runPodInit(args)
 	case "-h", "--help", "help":
 		usage()
 		return
@@ -66,12 +60,11 @@ func usage() {
 	fmt.Fprint(os.Stderr, `usage: kubefill-dev <command> [flags]
 
 commands:
-  up          start the local cluster (control plane, CSI storage, node agent) and leave it running
-  down        stop the local cluster and remove its processes, mounts, network namespaces and veths
+  up          start the local cluster (control plane, CSI storage, real node) and leave it running
+  down        stop the local cluster and remove its processes, pods, mounts, links, cgroups and iptables rules
   demo        provision a PVC on the default class, write it from a pod, read it back from another
   csi-driver  serve the hostpath CSI driver
   csi-resizer grow the driver's volumes when their claims ask for more
-  node-agent  run the node agent
 `)
 }
 
