@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -115,6 +116,34 @@ func TestVirtctlImageUpload(t *testing.T) {
 			"Processing completed successfully", "Uploading "+image+" completed successfully")
 		assertSucceeded(t, ns, "vm-disk", s)
 		assertClaimBytes(t, ns, "vm-disk", virtualSize, want)
+	})
+
+	// Through the proxy's Service, as a cluster publishes it: virtctl dials
+	// the cdi-uploadproxy ClusterIP and kube-proxy's rules take it to the
+	// proxy, whose certificate names the ClusterIP (checked first with the
+	// proxy's CA, since virtctl has no CA flag).
+	t.Run("dv/service-clusterip", func(t *testing.T) {
+		if s.svc.ServiceURL == "" {
+			t.Fatal("the upload proxy has no Service URL (no real node?)")
+		}
+		resp, err := s.proxyClient(t).Get(s.svc.ServiceURL + "/healthz")
+		if err != nil {
+			t.Fatalf("GET %s/healthz with the proxy's CA: %v", s.svc.ServiceURL, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s/healthz: %s", s.svc.ServiceURL, resp.Status)
+		}
+		ns := newNamespace(t)
+		out, err := virtctlCLI(t, bin, 4*time.Minute, "image-upload", "dv", "via-service", "--namespace="+ns,
+			"--size=128Mi", "--image-path="+image, "--uploadproxy-url="+s.svc.ServiceURL, "--insecure", "--wait-secs=180")
+		t.Logf("virtctl image-upload dv through %s:\n%s", s.svc.ServiceURL, virtctlLines(out))
+		if err != nil {
+			t.Fatalf("virtctl image-upload dv through the Service: %v\nevents:\n%s", err, eventsFor(ns, "via-service"))
+		}
+		requireOutput(t, out, "Uploading data to "+s.svc.ServiceURL, "Processing completed successfully")
+		assertSucceeded(t, ns, "via-service", s)
+		assertClaimBytes(t, ns, "via-service", virtualSize, want)
 	})
 
 	// An existing DataVolume: virtctl follows the claim's
