@@ -164,7 +164,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		c.Dir = d
 		c.ownsDir = false
 	}
-	c.state = &State{Dir: c.Dir, NetPrefix: "kf" + randomHex(2)}
+	c.state = &State{Dir: c.Dir, NetPrefix: linkNamespace + randomHex(2)}
 	if err := c.state.save(); err != nil {
 		return nil, err
 	}

@@ -92,19 +92,24 @@ func (n *nodeNetwork) setUp() error {
 	return nil
 }
 
+// linkNamespace starts the name of every link a local cluster makes (its
+// prefix is "kf" and four hex digits).
+const linkNamespace = "kf"
+
 // installGuard adds, at the end of mangle POSTROUTING (after every NAT
 // decision, when the outgoing interface is final), a chain that lets
 // traffic through loopback and the cluster's own links and drops anything
 // else from or to the pod, Service and node ranges.
 func (n *nodeNetwork) installGuard() error {
-	prefix := strings.TrimSuffix(n.NodeLink, "node")
 	if err := iptables("-t", "mangle", "-N", n.GuardChain); err != nil && !strings.Contains(err.Error(), "exists") {
 		return err
 	}
 	if err := iptables("-t", "mangle", "-F", n.GuardChain); err != nil {
 		return err
 	}
-	rules := [][]string{{"-o", "lo", "-j", "RETURN"}, {"-o", prefix + "+", "-j", "RETURN"}}
+	// Every link the harness makes is named kf<prefix>...: other local
+	// clusters' links are ours too.
+	rules := [][]string{{"-o", "lo", "-j", "RETURN"}, {"-o", linkNamespace + "+", "-j", "RETURN"}}
 	for _, r := range guardedRanges {
 		rules = append(rules, []string{"-s", r, "-j", "DROP"}, []string{"-d", r, "-j", "DROP"})
 	}

@@ -75,6 +75,11 @@ func (s *cloneStack) testKillMidClone(t *testing.T, st cdiv1.CDICloneStrategy) {
 	srcNs, dstNs := s.namespace(t, "clone-src"), s.namespace(t, "clone-dst")
 	src := s.makeSource(t, srcNs, "golden", class, size, false, dataMiB)
 	temps := trackTemporaries(t, s.c, srcNs, dstNs)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the clone when the test failed:\n%s\n%s", s.describeClone(dstNs, "survivor", srcNs, nil), s.describePods(srcNs))
+		}
+	})
 	s.create(t, kit.DataVolume(dstNs, "survivor", pvcSource(srcNs, "golden"), kit.WithPVC(cloneSpec(class, size, false))))
 
 	dv := &cdiv1.DataVolume{}
@@ -235,6 +240,24 @@ func (s *cloneStack) testWaitForFirstConsumer(t *testing.T) {
 	}
 	dv, seen := s.waitCloned(t, dstNs, "lazy", srcNs, cloneTimeout)
 	t.Logf("WaitForFirstConsumer clone: phases %v", seen)
+}
+
+// describePods is one line per pod of ns: phase, readiness and the
+// containers' states.
+func (s *cloneStack) describePods(ns string) string {
+	pods := &corev1.PodList{}
+	if err := s.c.List(context.Background(), pods, client.InNamespace(ns)); err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, p := range pods.Items {
+		fmt.Fprintf(&b, "pod %s/%s %s ip %s", ns, p.Name, p.Status.Phase, p.Status.PodIP)
+		for _, c := range p.Status.ContainerStatuses {
+			fmt.Fprintf(&b, " [%s ready=%v restarts=%d %+v]", c.Name, c.Ready, c.RestartCount, c.State)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
 }
 
 // deletePods deletes the pods of ns whose names start with prefix.
