@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v6/apis/volumesnapshot/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,8 +19,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 	"github.com/kubefill/kubefill/pkg/clone"
@@ -464,12 +468,7 @@ func (r *DataVolumeReconciler) releaseCloneSource(ctx context.Context, dv *cdiv1
 	return nil
 }
 
-// indexCloneSource indexes clone DataVolumes by what they wait for: their
-// source claim or VolumeSnapshot, or the DataSource their sourceRef names
-// (cloneSourceKeys).
-const indexCloneSource = "kubefill.io/clone-source"
-
-// cloneSourceKeys are the index keys of a clone DataVolume, "<kind>/<ns>/<name>"
+// cloneSourceKeys name what a clone DataVolume waits for, "<kind>/<ns>/<name>"
 // of its source claim, VolumeSnapshot or DataSource. Pure.
 func cloneSourceKeys(dv *cdiv1.DataVolume) []string {
 	if s := DirectCloneSource(dv); s != nil {
@@ -487,6 +486,28 @@ func cloneSourceKeys(dv *cdiv1.DataVolume) []string {
 
 func sourceKey(kind, ns, name string) string { return kind + "/" + ns + "/" + name }
 
+// sourceChanged passes what a waiting clone DataVolume cares about in a
+// claim or VolumeSnapshot: its creation, and an update that changes its
+// status (bound, a capacity, ready), not the many annotation updates.
+var sourceChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool { return statusChanged(e.ObjectOld, e.ObjectNew) },
+	DeleteFunc: func(event.DeleteEvent) bool { return false },
+}
+
+// statusChanged reports whether a claim's or a VolumeSnapshot's status
+// differs between old and new. Pure.
+func statusChanged(old, new client.Object) bool {
+	switch o := old.(type) {
+	case *corev1.PersistentVolumeClaim:
+		n, ok := new.(*corev1.PersistentVolumeClaim)
+		return !ok || !equality.Semantic.DeepEqual(o.Status, n.Status)
+	case *snapshotv1.VolumeSnapshot:
+		n, ok := new.(*snapshotv1.VolumeSnapshot)
+		return !ok || !equality.Semantic.DeepEqual(o.Status, n.Status)
+	}
+	return true
+}
+
 // dataSourceNames reports whether ds names the claim or VolumeSnapshot
 // (kind) ns/name as its source. Pure.
 func dataSourceNames(ds *cdiv1.DataSource, kind, ns, name string) bool {
@@ -496,19 +517,14 @@ func dataSourceNames(ds *cdiv1.DataSource, kind, ns, name string) bool {
 
 // watchCloneSources makes a clone DataVolume waiting for its source claim,
 // VolumeSnapshot or DataSource go on as soon as that appears or changes,
-// rather than at its next requeue: the cache indexes DataVolumes by what
-// they wait for, and events on those map back to them. A claim or snapshot
-// behind a DataSource maps through the DataSources of its namespace.
+// rather than at its next requeue: events on those map back to the
+// unfinished DataVolumes that name them, found by a scan of the cached
+// DataVolumes (with a field index instead, a manager that may not list
+// DataVolumes did not stop when cancelled). Only a claim or snapshot that
+// appears or changes phase is mapped, not every update. A claim or
+// snapshot behind a DataSource maps through the DataSources of its
+// namespace.
 func (r *DataVolumeReconciler) watchCloneSources(mgr ctrl.Manager, b *builder.Builder) (*builder.Builder, error) {
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &cdiv1.DataVolume{}, indexCloneSource, func(obj client.Object) []string {
-		dv, ok := obj.(*cdiv1.DataVolume)
-		if !ok {
-			return nil
-		}
-		return cloneSourceKeys(dv)
-	}); err != nil {
-		return nil, fmt.Errorf("indexing DataVolumes by clone source: %w", err)
-	}
 	c := mgr.GetClient()
 	waiting := func(ctx context.Context, kind string, obj client.Object) []ctrl.Request {
 		keys := []string{sourceKey(kind, obj.GetNamespace(), obj.GetName())}
@@ -523,15 +539,15 @@ func (r *DataVolumeReconciler) watchCloneSources(mgr ctrl.Manager, b *builder.Bu
 				}
 			}
 		}
+		dvs := &cdiv1.DataVolumeList{}
+		if err := c.List(ctx, dvs, client.UnsafeDisableDeepCopy); err != nil {
+			log.FromContext(ctx).Error(err, "listing the DataVolumes to find the clones of a source")
+			return nil
+		}
 		var reqs []ctrl.Request
-		for _, key := range keys {
-			dvs := &cdiv1.DataVolumeList{}
-			if err := c.List(ctx, dvs, client.MatchingFields{indexCloneSource: key}); err != nil {
-				log.FromContext(ctx).Error(err, "listing the DataVolumes cloning a source", "source", key)
-				continue
-			}
-			for i := range dvs.Items {
-				reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&dvs.Items[i])})
+		for i := range dvs.Items {
+			if dv := &dvs.Items[i]; dv.Status.Phase != cdiv1.Succeeded && slices.ContainsFunc(cloneSourceKeys(dv), func(k string) bool { return slices.Contains(keys, k) }) {
+				reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(dv)})
 			}
 		}
 		return reqs
@@ -541,14 +557,14 @@ func (r *DataVolumeReconciler) watchCloneSources(mgr ctrl.Manager, b *builder.Bu
 			return waiting(ctx, kind, obj)
 		})
 	}
-	b = b.Watches(&corev1.PersistentVolumeClaim{}, mapTo("PersistentVolumeClaim")).
+	b = b.Watches(&corev1.PersistentVolumeClaim{}, mapTo("PersistentVolumeClaim"), builder.WithPredicates(sourceChanged)).
 		Watches(&cdiv1.DataSource{}, mapTo(cdiv1.DataVolumeDataSource))
 	snapshots, err := kindServed(mgr, volumeSnapshotGVK)
 	if err != nil {
 		return nil, err
 	}
 	if snapshots {
-		b = b.Watches(&snapshotv1.VolumeSnapshot{}, mapTo("VolumeSnapshot"))
+		b = b.Watches(&snapshotv1.VolumeSnapshot{}, mapTo("VolumeSnapshot"), builder.WithPredicates(sourceChanged))
 	}
 	return b, nil
 }

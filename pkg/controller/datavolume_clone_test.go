@@ -465,3 +465,18 @@ func TestCloneSourceKeys(t *testing.T) {
 		t.Error("dataSourceNames")
 	}
 }
+
+func TestStatusChanged(t *testing.T) {
+	pending := &corev1.PersistentVolumeClaim{Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimPending}}
+	bound := &corev1.PersistentVolumeClaim{Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound}}
+	annotated := pending.DeepCopy()
+	annotated.Annotations = map[string]string{"x": "y"}
+	if !statusChanged(pending, bound) || statusChanged(pending, annotated) {
+		t.Error("claims: a phase change passes, an annotation does not")
+	}
+	notReady := &snapshotv1.VolumeSnapshot{Status: &snapshotv1.VolumeSnapshotStatus{ReadyToUse: ptr.To(false)}}
+	ready := &snapshotv1.VolumeSnapshot{Status: &snapshotv1.VolumeSnapshotStatus{ReadyToUse: ptr.To(true)}}
+	if !statusChanged(notReady, ready) || statusChanged(ready, ready.DeepCopy()) {
+		t.Error("snapshots: becoming ready passes, nothing new does not")
+	}
+}
