@@ -105,10 +105,12 @@ func TestCloneBySnapshot(t *testing.T) {
 		req := prime.Spec.Resources.Requests[corev1.ResourceStorage]
 		return req.String() == "2Gi"
 	})
-	_ = k8sClient.Get(ctx, client.ObjectKeyFromObject(target), target)
-	if p := target.Annotations[cdiv1.AnnClonePhase]; p != "PrepClaim" {
-		t.Errorf("clonePhase %q while expanding, want PrepClaim", p)
-	}
+	// The phase is recorded on the target after the prime's request is
+	// raised (in the same reconcile or the next), so wait for it.
+	kit.Until(t, 10*time.Second, "clonePhase PrepClaim on the target while the prime expands", func() bool {
+		_ = k8sClient.Get(ctx, client.ObjectKeyFromObject(target), target)
+		return target.Annotations[cdiv1.AnnClonePhase] == "PrepClaim"
+	})
 	pv.Spec.Capacity = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("2Gi")}
 	if err := k8sClient.Update(ctx, pv); err != nil {
 		t.Fatal(err)
