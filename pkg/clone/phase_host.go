@@ -62,11 +62,15 @@ func (p *hostClonePhase) Reconcile(ctx context.Context, f *populators.Flow) (pop
 	if err != nil || up.Done {
 		return up, err
 	}
-	if up.Pod == nil || up.Pod.Phase != corev1.PodRunning || !up.Pod.Ready {
+	// The source pod starts as soon as the upload pod runs and has an
+	// address, not once its readiness probe has passed: the two pods start
+	// side by side, and the cloner retries a refused dial while the server
+	// comes up (a pod start and a probe period less per clone).
+	if up.Pod == nil || up.Pod.Phase != corev1.PodRunning || !uploadPodAddressed(ctx, p.run.k.Client, f.Prime) {
 		if up.Reason == "" {
-			up.Reason, up.Message = "Pending", "waiting for the clone's upload server to be ready"
+			up.Reason, up.Message = "Pending", "waiting for the clone's upload server to start"
 		}
-		return up, nil // the upload server is not listening yet
+		return up, nil
 	}
 	if res, err := p.run.sourceFree(ctx); err != nil || res != nil {
 		if res != nil {
@@ -98,6 +102,16 @@ func (p *hostClonePhase) Reconcile(ctx context.Context, f *populators.Flow) (pop
 		}
 	}
 	return betweenAttempts(src, lastFailure), nil
+}
+
+// uploadPodAddressed reports whether the clone's upload pod has an address
+// the source pod can dial.
+func uploadPodAddressed(ctx context.Context, c client.Client, prime *corev1.PersistentVolumeClaim) bool {
+	pod := &corev1.Pod{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: prime.Namespace, Name: cdiv1.UploadPodName(prime.Name)}, pod); err != nil {
+		return false
+	}
+	return pod.Status.PodIP != "" && pod.DeletionTimestamp == nil
 }
 
 // annSourceFailure on a host-assisted clone's prime is the last failure of

@@ -247,14 +247,17 @@ func uploadClient(job Job) (*http.Client, string, error) {
 func upload(ctx context.Context, client *http.Client, target string, job Job, progress func(done, total int64)) (Stats, error) {
 	attempts := job.Attempts
 	if attempts <= 0 {
-		attempts = 5
+		// 0.25 s doubling to 16 s: about half a minute for the server to
+		// come up, and a quick first retry (the source pod may start
+		// before the upload server listens).
+		attempts = 8
 	}
 	for i := 1; ; i++ {
 		st, started, err := uploadOnce(ctx, client, target, job.Source, progress)
 		if err == nil || started || !dialError(err) || i >= attempts || ctx.Err() != nil {
 			return st, err
 		}
-		wait := time.Duration(1<<(i-1)) * time.Second
+		wait := time.Duration(1<<(i-1)) * 250 * time.Millisecond
 		job.Log.Info("the upload server is not reachable yet; retrying", "error", err.Error(), "in", wait.String())
 		select {
 		case <-ctx.Done():
