@@ -18,5 +18,6 @@ bash hack/deps.sh
 KUBEBUILDER_ASSETS="$(bash hack/testbin.sh)"
 export KUBEBUILDER_ASSETS
 bash hack/sidecars.sh >/dev/null
+bash hack/node.sh >/dev/null
 KUBEFILL_BENCH_CLONE=1 go test -count=1 -timeout 60m -run '^TestCloneBenchmark$' -v ./tests/e2e/ \
   | grep -v '^=== \(RUN\|PAUSE\|CONT\)'
