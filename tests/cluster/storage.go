@@ -91,15 +91,18 @@ func (c *Cluster) startStorage(ctx context.Context) error {
 	); err != nil {
 		return err
 	}
+	// A short resync: a snapshot deleted while the driver was still taking
+	// it is otherwise left with its content until the 15-minute resync
+	// (the sidecars miss that update; seen with clones deleted mid-snapshot).
 	if _, err := c.run("csi-snapshotter", nil, filepath.Join(sidecars, "csi-snapshotter"),
 		csiAddr, "--kubeconfig="+kc, "--leader-election=false", "--timeout=60s",
-		"--retry-interval-start=500ms", "--retry-interval-max=5s", "--v=2",
+		"--retry-interval-start=500ms", "--retry-interval-max=5s", "--resync-period=15s", "--v=2",
 	); err != nil {
 		return err
 	}
 	if _, err := c.run("snapshot-controller", nil, filepath.Join(sidecars, "snapshot-controller"),
 		"--kubeconfig="+kc, "--leader-election=false",
-		"--retry-interval-start=500ms", "--retry-interval-max=5s", "--v=2",
+		"--retry-interval-start=500ms", "--retry-interval-max=5s", "--resync-period=15s", "--v=2",
 	); err != nil {
 		return err
 	}
