@@ -116,7 +116,7 @@ func runDemoPod(ctx context.Context, client kubernetes.Interface, name, claim, s
 		Spec: corev1.PodSpec{
 			RestartPolicy: corev1.RestartPolicyNever,
 			Containers: []corev1.Container{{
-				Name: "main", Image: "busybox", Command: []string{"sh", "-c", script},
+				Name: "main", Image: cluster.ShellImage, Command: []string{"sh", "-c", script},
 				VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
 			}},
 			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
