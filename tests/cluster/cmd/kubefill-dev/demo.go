@@ -132,9 +132,20 @@ func runDemoPod(ctx context.Context, client kubernetes.Interface, name, claim, s
 		if err != nil {
 			return false, nil
 		}
+		// An image that cannot be pulled never will be here (nothing is
+		// pulled from outside): say so now rather than at the timeout.
+		for _, cs := range pod.Status.ContainerStatuses {
+			if w := cs.State.Waiting; w != nil && (w.Reason == "ErrImagePull" || w.Reason == "ImagePullBackOff") {
+				return false, fmt.Errorf("image %s: %s: %s", cs.Image, w.Reason, w.Message)
+			}
+		}
 		return kit.Terminal(pod.Status.Phase), nil
 	}); err != nil {
-		return "", fmt.Errorf("pod %s never finished: %w", name, err)
+		state := ""
+		if pod != nil {
+			state = fmt.Sprintf(" (%s %+v)", pod.Status.Phase, pod.Status.ContainerStatuses)
+		}
+		return "", fmt.Errorf("pod %s never finished%s: %w", name, state, err)
 	}
 	if pod.Status.Phase != corev1.PodSucceeded || len(pod.Status.ContainerStatuses) == 0 || pod.Status.ContainerStatuses[0].State.Terminated == nil {
 		return "", fmt.Errorf("pod %s: %s %+v", name, pod.Status.Phase, pod.Status.ContainerStatuses)
