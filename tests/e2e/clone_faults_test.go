@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
@@ -98,24 +97,7 @@ func (s *cloneStack) testKillMidClone(t *testing.T, st cdiv1.CDICloneStrategy) {
 		if err := s.c.Get(ctx, types.NamespacedName{Namespace: dstNs, Name: "survivor"}, target); err != nil {
 			return false, "", err
 		}
-		uid := string(target.UID)
-		switch st {
-		case cdiv1.CloneStrategyHostAssisted:
-			pod := &corev1.Pod{}
-			if err := s.c.Get(ctx, types.NamespacedName{Namespace: srcNs, Name: uid + "-source-pod"}, pod); err == nil && pod.Status.Phase == corev1.PodRunning {
-				inFlight = "source pod " + pod.Name + " streaming"
-			}
-		case cdiv1.CloneStrategySnapshot:
-			sn := &snapshotv1.VolumeSnapshot{}
-			if err := s.c.Get(ctx, types.NamespacedName{Namespace: srcNs, Name: "tmp-snapshot-" + uid}, sn); err == nil && !ptr.Deref(ptrStatusReady(sn), false) {
-				inFlight = "snapshot " + sn.Name + " being taken"
-			}
-		case cdiv1.CloneStrategyCsiClone:
-			p := &corev1.PersistentVolumeClaim{}
-			if err := s.c.Get(ctx, types.NamespacedName{Namespace: srcNs, Name: "tmp-pvc-" + uid}, p); err == nil && p.Status.Phase == corev1.ClaimPending {
-				inFlight = "CSI clone " + p.Name + " being provisioned"
-			}
-		}
+		inFlight = s.slowStepInFlight(ctx, st, srcNs, string(target.UID))
 		return inFlight != "", fmt.Sprintf("DataVolume %s %s", dv.Status.Phase, dv.Status.Progress), nil
 	})
 	t.Logf("killing the controller mid-clone: %s, DataVolume %s %s", inFlight, dv.Status.Phase, dv.Status.Progress)

@@ -313,24 +313,7 @@ func (s *cloneStack) testDeleteMidClone(t *testing.T, st cdiv1.CDICloneStrategy)
 		if err := s.c.Get(ctx, types.NamespacedName{Namespace: dstNs, Name: "doomed"}, target); err != nil {
 			return false, "", err
 		}
-		uid := string(target.UID)
-		switch st {
-		case cdiv1.CloneStrategyHostAssisted:
-			pod := &corev1.Pod{}
-			if err := s.c.Get(ctx, types.NamespacedName{Namespace: srcNs, Name: uid + "-source-pod"}, pod); err == nil && pod.Status.Phase == corev1.PodRunning {
-				inFlight = "source pod " + pod.Name + " running"
-			}
-		case cdiv1.CloneStrategySnapshot:
-			sn := &snapshotv1.VolumeSnapshot{}
-			if err := s.c.Get(ctx, types.NamespacedName{Namespace: srcNs, Name: "tmp-snapshot-" + uid}, sn); err == nil && !ptr.Deref(ptrStatusReady(sn), false) {
-				inFlight = "snapshot " + sn.Name + " being taken"
-			}
-		case cdiv1.CloneStrategyCsiClone:
-			p := &corev1.PersistentVolumeClaim{}
-			if err := s.c.Get(ctx, types.NamespacedName{Namespace: srcNs, Name: "tmp-pvc-" + uid}, p); err == nil && p.Status.Phase == corev1.ClaimPending {
-				inFlight = "CSI clone " + p.Name + " being provisioned"
-			}
-		}
+		inFlight = s.slowStepInFlight(ctx, st, srcNs, string(target.UID))
 		return inFlight != "", fmt.Sprintf("DataVolume %s %s", dv.Status.Phase, dv.Status.Progress), nil
 	})
 	t.Logf("deleting the DataVolume mid-clone: %s, DataVolume %s %s", inFlight, dv.Status.Phase, dv.Status.Progress)

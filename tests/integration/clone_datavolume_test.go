@@ -63,6 +63,13 @@ func (k cloneKeys) extendedValidator() token.Validator {
 // still runs to release their finalizers.
 func startCloneDataVolumeController(t *testing.T, k cloneKeys, namespaces ...string) {
 	t.Helper()
+	startCloneDataVolumeControllerWith(t, k, nil, namespaces...)
+}
+
+// startCloneDataVolumeControllerWith is startCloneDataVolumeController with
+// configure changing the reconciler (its token sources) before it starts.
+func startCloneDataVolumeControllerWith(t *testing.T, k cloneKeys, configure func(*controller.DataVolumeReconciler), namespaces ...string) {
+	t.Helper()
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 controller.NewScheme(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
@@ -83,6 +90,9 @@ func startCloneDataVolumeController(t *testing.T, k cloneKeys, namespaces ...str
 		CloneTokens:            token.NewValidator(token.CloneTokenIssuer, &k.key.PublicKey, 0),
 		ExtendedTokens:         token.NewGenerator(token.ExtendedCloneTokenIssuer, k.key, token.DefaultExtendedCloneTokenLifetime),
 		ExtendedTokenValidator: k.extendedValidator(),
+	}
+	if configure != nil {
+		configure(dvs)
 	}
 	if err := dvs.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)

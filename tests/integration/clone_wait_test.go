@@ -11,11 +11,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 	"github.com/kubefill/kubefill/pkg/clone"
@@ -39,37 +35,10 @@ func TestCloneTokenNotMintedIsVisible(t *testing.T) {
 	k := newCloneKeys(t)
 	const keySecret = "kubefill-extended-clone-token-key"
 	keys := &token.SecretKeySource{Client: k8sClient, Namespace: installNS, Name: keySecret, Refresh: time.Second}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 controller.NewScheme(),
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	profiles := &controller.StorageProfileReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("storageprofile-controller")}
-	if err := profiles.SetupWithManager(mgr); err != nil {
-		t.Fatal(err)
-	}
-	dvs := &controller.DataVolumeReconciler{
-		Client:                 mgr.GetClient(),
-		Recorder:               mgr.GetEventRecorder("datavolume-controller"),
-		CloneTokens:            token.NewValidator(token.CloneTokenIssuer, &k.key.PublicKey, 0),
-		ExtendedTokens:         token.NewDynamicGenerator(token.ExtendedCloneTokenIssuer, keys.PrivateKey, token.DefaultExtendedCloneTokenLifetime),
-		ExtendedTokenValidator: token.NewMultiKeyValidator(token.ExtendedCloneTokenIssuer, keys.PublicKeys, token.DefaultCloneTokenLeeway),
-	}
-	if err := dvs.SetupWithManager(mgr); err != nil {
-		t.Fatal(err)
-	}
-	startUntilCleanup(t, mgr)
-	t.Cleanup(func() {
-		_ = k8sClient.DeleteAllOf(context.Background(), &cdiv1.DataVolume{}, client.InNamespace(tgt))
-		kit.Until(t, 30*time.Second, "the test's DataVolumes to go", func() bool {
-			list := &cdiv1.DataVolumeList{}
-			return k8sClient.List(context.Background(), list, client.InNamespace(tgt)) == nil && len(list.Items) == 0
-		})
-	})
+	startCloneDataVolumeControllerWith(t, k, func(dvs *controller.DataVolumeReconciler) {
+		dvs.ExtendedTokens = token.NewDynamicGenerator(token.ExtendedCloneTokenIssuer, keys.PrivateKey, token.DefaultExtendedCloneTokenLifetime)
+		dvs.ExtendedTokenValidator = token.NewMultiKeyValidator(token.ExtendedCloneTokenIssuer, keys.PublicKeys, token.DefaultCloneTokenLeeway)
+	}, tgt)
 	boundSource(t, src, "golden", class, "1Gi")
 	short := k.short(t, src, "golden", tgt, "disk", time.Hour)
 	mustCreate(t, k8sClient, cloneDataVolume(tgt, "disk", class, pvcSource(src, "golden"), nil, map[string]string{cdiv1.AnnCloneToken: short}))
