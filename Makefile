@@ -28,7 +28,7 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code for the API types
 	cd $(API_DIR) && $(CONTROLLER_GEN) object:headerFile=$(CURDIR)/hack/boilerplate.go.txt paths=./...
 
 manifests: $(CONTROLLER_GEN) ## Generate the CRD YAML under manifests/crd
-	cd $(API_DIR) && $(CONTROLLER_GEN) crd:crdVersions=v1 paths=./cdi/... output:crd:dir=$(CURDIR)/manifests/crd
+	cd $(API_DIR) && $(CONTROLLER_GEN) crd:crdVersions=v1,generateEmbeddedObjectMeta=true paths=./cdi/... output:crd:dir=$(CURDIR)/manifests/crd
 
 verify-generated: generate manifests ## Fail if generated files differ from what is committed
 	@if [ -n "$$(git status --porcelain -- $(API_DIR) manifests/crd)" ]; then \

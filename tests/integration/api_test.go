@@ -45,6 +45,7 @@ func TestDiscoveryMatchesCDI(t *testing.T) {
 	wants := map[string]want{
 		"datavolumes":         {"DataVolume", true, []string{"dv", "dvs"}},
 		"datasources":         {"DataSource", true, []string{"das"}},
+		"dataimportcrons":     {"DataImportCron", true, []string{"dic", "dics"}},
 		"volumeimportsources": {"VolumeImportSource", true, nil},
 		"volumeuploadsources": {"VolumeUploadSource", true, nil},
 		"volumeclonesources":  {"VolumeCloneSource", true, nil},
@@ -69,7 +70,7 @@ func TestDiscoveryMatchesCDI(t *testing.T) {
 			t.Errorf("%s: short names %v, want %v", name, r.ShortNames, w.shortNames)
 		}
 	}
-	for _, sub := range []string{"datavolumes/status", "datasources/status", "storageprofiles/status", "cdiconfigs/status", "cdis/status"} {
+	for _, sub := range []string{"datavolumes/status", "datasources/status", "dataimportcrons/status", "storageprofiles/status", "cdiconfigs/status", "cdis/status"} {
 		if _, ok := served[sub]; !ok {
 			t.Errorf("subresource %s is not served", sub)
 		}
@@ -94,6 +95,28 @@ func TestEveryKindCreatesAndReadsBack(t *testing.T) {
 		&cdiv1.DataSource{
 			ObjectMeta: metav1.ObjectMeta{Name: "golden", Namespace: ns},
 			Spec:       cdiv1.DataSourceSpec{Source: cdiv1.DataSourceSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: ns, Name: "fedora"}}},
+		},
+		// The template's metadata keeps its labels and annotations (an
+		// embedded ObjectMeta the CRD schema must not prune).
+		&cdiv1.DataImportCron{
+			ObjectMeta: metav1.ObjectMeta{Name: "fedora-cron", Namespace: ns},
+			Spec: cdiv1.DataImportCronSpec{
+				Template: cdiv1.DataVolume{
+					ObjectMeta: metav1.ObjectMeta{
+						Labels:      map[string]string{cdiv1.LabelDefaultPreference: "fedora"},
+						Annotations: map[string]string{cdiv1.AnnImmediateBinding: "true"},
+					},
+					Spec: cdiv1.DataVolumeSpec{
+						Source:  &cdiv1.DataVolumeSource{Registry: &cdiv1.DataVolumeSourceRegistry{URL: ptr.To("docker://quay.io/containerdisks/fedora:latest")}},
+						Storage: &cdiv1.StorageSpec{Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("5Gi")}}},
+					},
+				},
+				Schedule:          "30 1/12 * * *",
+				GarbageCollect:    ptr.To(cdiv1.DataImportCronGarbageCollectOutdated),
+				ImportsToKeep:     ptr.To[int32](2),
+				ManagedDataSource: "fedora",
+				RetentionPolicy:   ptr.To(cdiv1.DataImportCronRetainNone),
+			},
 		},
 		&cdiv1.VolumeImportSource{
 			ObjectMeta: metav1.ObjectMeta{Name: "import", Namespace: ns},

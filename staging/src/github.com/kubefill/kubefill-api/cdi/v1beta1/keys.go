@@ -188,3 +188,44 @@ const (
 	ReasonCompleted       = "Completed"
 	ReasonError           = "Error"
 )
+
+// DataImportCron: the annotations the cron and its poller keep on the cron,
+// and the keys on the objects a cron creates.
+const (
+	// AnnSourceDesiredDigest on a cron is the digest to import, written by
+	// the poller (registry sources) or the controller (pvc sources).
+	AnnSourceDesiredDigest = annPrefix + "storage.import.sourceDesiredDigest"
+	// AnnImageStreamDockerRef on a cron is the docker reference of an
+	// ImageStream source's newest image.
+	AnnImageStreamDockerRef = annPrefix + "storage.import.imageStreamDockerRef"
+	// AnnNextCronTime on a cron is the next poll time (RFC3339).
+	AnnNextCronTime = annPrefix + "storage.import.nextCronTime"
+	// AnnLastCronTime on a cron is the last poll time (RFC3339).
+	AnnLastCronTime = annPrefix + "storage.import.lastCronTime"
+	// AnnLastUseTime on an import's DataVolume, claim or snapshot is when the
+	// cron last used it (RFC3339Nano); garbage collection keeps the newest.
+	AnnLastUseTime = annPrefix + "storage.import.lastUseTime"
+	// AnnStorageClass on a cron is the storage class of its last import.
+	AnnStorageClass = annPrefix + "storage.import.storageClass"
+
+	// LabelDataImportCron on a DataVolume, claim, snapshot or DataSource
+	// names the cron that created or manages it.
+	LabelDataImportCron = annPrefix + "dataImportCron"
+	// LabelDataImportCronNs on a poller CronJob or Job names the cron's namespace.
+	LabelDataImportCronNs = annPrefix + "dataImportCronNs"
+	// LabelDataImportCronCleanup ("true") marks what a cron with
+	// retentionPolicy None deletes with it.
+	LabelDataImportCronCleanup = annPrefix + "dataImportCron.cleanup"
+)
+
+// Labels KubeVirt defines that a cron copies onto its imports and that reach
+// a DataSource; KubeVirt's instancetype inference reads the four defaults.
+const (
+	LabelDefaultInstancetype     = "instancetype.kubevirt.io/default-instancetype"
+	LabelDefaultInstancetypeKind = "instancetype.kubevirt.io/default-instancetype-kind"
+	LabelDefaultPreference       = "instancetype.kubevirt.io/default-preference"
+	LabelDefaultPreferenceKind   = "instancetype.kubevirt.io/default-preference-kind"
+	// LabelDynamicCredentialSupport marks an image whose guest supports
+	// KubeVirt's dynamic credential injection.
+	LabelDynamicCredentialSupport = "kubevirt.io/dynamic-credentials-support"
+)

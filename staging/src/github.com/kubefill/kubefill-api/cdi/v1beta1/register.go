@@ -28,6 +28,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 	scheme.AddKnownTypes(SchemeGroupVersion,
 		&DataVolume{}, &DataVolumeList{},
 		&DataSource{}, &DataSourceList{},
+		&DataImportCron{}, &DataImportCronList{},
 		&VolumeImportSource{}, &VolumeImportSourceList{},
 		&VolumeUploadSource{}, &VolumeUploadSourceList{},
 		&VolumeCloneSource{}, &VolumeCloneSourceList{},

@@ -32,6 +32,17 @@ func TestWireFormat(t *testing.T) {
 			`{"accessModes":["ReadWriteMany"],"volumeMode":"Block"}`},
 		{"clone source", VolumeCloneSourceSpec{Source: corev1.TypedLocalObjectReference{Kind: "VolumeSnapshot", Name: "s", APIGroup: ptr.To("snapshot.storage.k8s.io")}},
 			`{"source":{"apiGroup":"snapshot.storage.k8s.io","kind":"VolumeSnapshot","name":"s"}}`},
+		{"cron spec", DataImportCronSpec{Schedule: "0 */12 * * *", GarbageCollect: ptr.To(DataImportCronGarbageCollectNever), ImportsToKeep: ptr.To[int32](0),
+			ManagedDataSource: "fedora", RetentionPolicy: ptr.To(DataImportCronRetainNone)},
+			`{"template":{"metadata":{},"spec":{},"status":{}},"schedule":"0 */12 * * *","garbageCollect":"Never","importsToKeep":0,"managedDataSource":"fedora","retentionPolicy":"None"}`},
+		{"cron status keeps CDI's capitalised import keys", DataImportCronStatus{
+			CurrentImports:  []ImportStatus{{DataVolumeName: "fedora-0123456789ab", Digest: "sha256:0123456789abcdef"}},
+			LastImportedPVC: &DataVolumeSourcePVC{Namespace: "os", Name: "fedora-0123456789ab"},
+			SourceFormat:    ptr.To(DataImportCronSourceFormatSnapshot),
+			Conditions:      []DataImportCronCondition{{Type: DataImportCronUpToDate, ConditionState: ConditionState{Status: corev1.ConditionTrue, Reason: "UpToDate"}}},
+		},
+			`{"currentImports":[{"DataVolumeName":"fedora-0123456789ab","Digest":"sha256:0123456789abcdef"}],"lastImportedPVC":{"namespace":"os","name":"fedora-0123456789ab"},` +
+				`"sourceFormat":"snapshot","conditions":[{"type":"UpToDate","status":"True","lastTransitionTime":null,"lastHeartbeatTime":null,"reason":"UpToDate"}]}`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -65,5 +76,19 @@ func TestPhaseStrings(t *testing.T) {
 	}
 	if got != want {
 		t.Errorf("phases\n got %s\nwant %s", got, want)
+	}
+}
+
+// The cron's enum values and condition types are CDI's, spelled exactly.
+func TestDataImportCronStrings(t *testing.T) {
+	got := []string{string(DataImportCronGarbageCollectOutdated), string(DataImportCronGarbageCollectNever),
+		string(DataImportCronRetainNone), string(DataImportCronRetainAll),
+		string(DataImportCronSourceFormatPvc), string(DataImportCronSourceFormatSnapshot),
+		string(DataImportCronProgressing), string(DataImportCronUpToDate)}
+	want := []string{"Outdated", "Never", "None", "All", "pvc", "snapshot", "Progressing", "UpToDate"}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("value %d = %q, want %q", i, got[i], want[i])
+		}
 	}
 }
