@@ -27,6 +27,7 @@ func newRootCommand() *cobra.Command {
 		newUploadProxyCommand(),
 		newClonerWorkerCommand(),
 		newUploadCommand(),
+		newPollerCommand(),
 	)
 	return root
 }
