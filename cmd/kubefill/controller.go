@@ -28,6 +28,7 @@ func newControllerCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			opts.Version = version
 			mgr, err := controller.NewManager(cfg, opts)
 			if err != nil {
 				return err

@@ -102,6 +102,7 @@ func Run(ctx context.Context, restCfg *rest.Config, opts RunOptions) error {
 		webhooks[admission.PathDataVolumeValidate] = admission.Handler("datavolume-validate", (&admission.DataVolumeValidator{Client: cl}).Admit)
 		webhooks[admission.PathDataVolumeMutate] = admission.Handler("datavolume-mutate", (&admission.DataVolumeMutator{Client: cl, Tokens: cloneTokens}).Admit)
 		webhooks[admission.PathPopulatorValidate] = admission.Handler("populator-validate", admission.AdmitPopulator)
+		webhooks[admission.PathCDIValidate] = admission.Handler("cdi-validate", (&admission.CDIValidator{Client: cl}).Admit)
 	}
 	srv, err := NewServer(Config{
 		Kube:         kube,

@@ -61,6 +61,9 @@ type ManagerOptions struct {
 	ExtendedTokenKeySecret string
 	// SkipNameValidation lets tests run several managers in one process.
 	SkipNameValidation bool
+	// Version is this build's version, reported on the CDI resource
+	// (operatorVersion, targetVersion, observedVersion).
+	Version string
 }
 
 // DefaultExtendedTokenKeySecret is the Secret of the controller's extended
@@ -70,7 +73,12 @@ const DefaultExtendedTokenKeySecret = "kubefill-controller-token-key"
 // NewManager builds the controller manager with every Kubefill controller
 // registered, health and readiness checks, and metrics.
 func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
+	installNS := opts.InstallNamespace
+	if installNS == "" {
+		installNS = os.Getenv("POD_NAMESPACE")
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Cache:                   installCache(installNS),
 		Scheme:                  NewScheme(),
 		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsBindAddress},
 		HealthProbeBindAddress:  opts.HealthProbeBindAddress,
@@ -88,10 +96,12 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
 	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return nil, fmt.Errorf("adding readiness check: %w", err)
 	}
-	if err := metrics.Registry.Register(pendingCollector{reader: mgr.GetClient()}); err != nil {
-		var already prometheus.AlreadyRegisteredError
-		if !errors.As(err, &already) {
-			return nil, fmt.Errorf("registering metrics: %w", err)
+	for _, c := range append([]prometheus.Collector{pendingCollector{reader: mgr.GetClient()}}, CDICollectors()...) {
+		if err := metrics.Registry.Register(c); err != nil {
+			var already prometheus.AlreadyRegisteredError
+			if !errors.As(err, &already) {
+				return nil, fmt.Errorf("registering metrics: %w", err)
+			}
 		}
 	}
 	profiles := &StorageProfileReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("storageprofile-controller")}
@@ -102,9 +112,12 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
 	if err := configs.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("registering the CDIConfig controller: %w", err)
 	}
-	installNS := opts.InstallNamespace
-	if installNS == "" {
-		installNS = os.Getenv("POD_NAMESPACE")
+	if installNS != "" {
+		cdis := &CDIReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("cdi-operator"),
+			Namespace: installNS, Version: versionOr(opts.Version)}
+		if err := cdis.SetupWithManager(mgr); err != nil {
+			return nil, fmt.Errorf("registering the CDI controller: %w", err)
+		}
 	}
 	tokens, err := cloneTokens(cfg, mgr, opts, installNS)
 	if err != nil {

@@ -220,6 +220,7 @@ func (w *WorkerPhase) render(f *Flow, name string, spec WorkerSpec, config *cdiv
 	c.VolumeMounts = append(mounts, c.VolumeMounts...)
 	volumes = append(volumes, spec.Volumes...)
 	labels := workerLabels(target, spec.Component)
+	labels[cdiv1.LabelAllowAccessClusterServices] = "true"
 	for k, v := range spec.Labels {
 		labels[k] = v
 	}

@@ -136,7 +136,8 @@ func checkWorkerPod(t *testing.T, pod *corev1.Pod, f *Flow, container, component
 	if v := vols[contract.ScratchVolumeName]; v.EmptyDir == nil || v.EmptyDir.SizeLimit.String() != "2Gi" {
 		t.Errorf("scratch volume %+v, want an emptyDir bounded by the claim's 2Gi", v)
 	}
-	if pod.Labels[cdiv1.LabelComponent] != component || pod.Labels[cdiv1.LabelOwnedByUID] != "u-1" || pod.Labels[cdiv1.LabelApp] != cdiv1.LabelAppValue {
+	if pod.Labels[cdiv1.LabelComponent] != component || pod.Labels[cdiv1.LabelOwnedByUID] != "u-1" || pod.Labels[cdiv1.LabelApp] != cdiv1.LabelAppValue ||
+		pod.Labels[cdiv1.LabelAllowAccessClusterServices] != "true" {
 		t.Errorf("labels %v", pod.Labels)
 	}
 	if !metav1.IsControlledBy(pod, f.Target) || pod.Annotations[annTargetName] != f.Target.Name {

@@ -176,6 +176,11 @@ const (
 	LabelAppManagedBy = "app.kubernetes.io/managed-by"
 	// LabelApplyStorageProfile on a PVC asks for it to be completed from its StorageProfile.
 	LabelApplyStorageProfile = annPrefix + "applyStorageProfile"
+	// LabelAllowAccessClusterServices on a worker pod lets it reach cluster
+	// services (the API server, a registry or HTTP server in the cluster)
+	// where a KubeVirt network policy denies egress by default; CDI's worker
+	// pods carry it with the value "true".
+	LabelAllowAccessClusterServices = "np.kubevirt.io/allow-access-cluster-services"
 )
 
 // Condition reasons a DataVolume reports.
@@ -228,4 +233,19 @@ const (
 	// LabelDynamicCredentialSupport marks an image whose guest supports
 	// KubeVirt's dynamic credential injection.
 	LabelDynamicCredentialSupport = "kubevirt.io/dynamic-credentials-support"
+)
+
+// The CDI resource.
+const (
+	// AnnConfigAuthority on the CDI resource makes its spec.config the
+	// CDIConfig's spec (set by the operator on first reconcile).
+	AnnConfigAuthority = annPrefix + "configAuthority"
+	// FinalizerCDIOperator is the operator's finalizer on the CDI resource.
+	FinalizerCDIOperator = "operator.cdi.kubevirt.io"
+	// CDIOperatorConfigMap is the ConfigMap in the install namespace that
+	// the honoured CDI resource owns as controller; any other CDI resource
+	// goes to phase Error.
+	CDIOperatorConfigMap = "cdi-config"
+	// LabelCDIOperator marks that ConfigMap, as CDI's operator does.
+	LabelCDIOperator = "operator.cdi.kubevirt.io"
 )
