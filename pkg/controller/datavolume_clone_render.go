@@ -100,8 +100,8 @@ func DirectCloneSource(dv *cdiv1.DataVolume) *CloneSource {
 
 // DataSourceNotReady returns why a DataSource cannot be cloned from yet, ""
 // when it can: a Ready condition that is not True. A DataSource with no
-// Ready condition at all is used as its spec says (Kubefill has no
-// DataSource controller to set it).
+// Ready condition yet (the DataSource controller has not seen it) is used
+// as its spec says, as CDI's DataVolume controller uses spec.source.
 func DataSourceNotReady(ds *cdiv1.DataSource) string {
 	for _, c := range ds.Status.Conditions {
 		if c.Type != cdiv1.DataSourceReady || c.Status == corev1.ConditionTrue {

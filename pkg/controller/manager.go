@@ -128,6 +128,9 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
 	if err := dataVolumes.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("registering the DataVolume controller: %w", err)
 	}
+	if err := (&DataSourceReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("registering the DataSource controller: %w", err)
+	}
 	uploadKind := &populators.UploadKind{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: installNS,
 		Image: opts.WorkerImage, PullPolicy: opts.WorkerPullPolicy}
 	snapshots, err := kindServed(mgr, volumeSnapshotGVK)
