@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Short fuzzing of the parsers that read untrusted images: format detection
-# and the qcow2 header and image parsers. Go fuzzes one target per run.
+# Short fuzzing of the parsers that read untrusted input: format detection,
+# the qcow2 header and image parsers, the vmdk descriptor and vhdx header
+# readers, the tar extractor, the upload and clone token parser and the
+# admission webhooks' request decoding. Go fuzzes one target per run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FUZZTIME="${FUZZTIME:-10s}"
@@ -26,4 +28,9 @@ done <<'TARGETS'
 ./pkg/datapath/format/ FuzzMinDecompressedSize
 ./pkg/datapath/qcow2/ FuzzParseHeader
 ./pkg/datapath/qcow2/ FuzzImage
+./pkg/datapath/format/ FuzzVMDK
+./pkg/datapath/format/ FuzzVHDX
+./pkg/datapath/archive/ FuzzExtract
+./pkg/token/ FuzzValidate
+./pkg/apiserver/admission/ FuzzReview
 TARGETS

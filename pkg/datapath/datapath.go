@@ -14,6 +14,7 @@ package datapath
 
 import (
 	"bufio"
+	"bytes"
 	"compress/bzip2"
 	"context"
 	"errors"
@@ -220,8 +221,58 @@ func Import(ctx context.Context, src source.Source, opt Options) (res *Result, e
 		return finish(tgt, opt, res)
 
 	default:
-		return importViaScratch(ctx, in, outer, hasher, opt, res)
+		known, err := checkVirtualSize(ctx, src, hdr, opt, res)
+		if err != nil {
+			return nil, err
+		}
+		return importViaScratch(ctx, in, outer, hasher, opt, res, known)
 	}
+}
+
+// checkVirtualSize refuses a vmdk or vhdx image whose stated virtual size
+// does not fit, before anything is spooled or written: from the image's
+// own first bytes (hdr), or through ranges of the source when it is not
+// compressed and can serve them. It reports whether the size was known.
+func checkVirtualSize(ctx context.Context, src source.Source, hdr []byte, opt Options, res *Result) (bool, error) {
+	if opt.Size <= 0 || (res.Format != format.VMDK && res.Format != format.VHDX) {
+		return false, nil
+	}
+	var r io.ReaderAt = bytes.NewReader(hdr)
+	if rg, ok := src.(source.Ranger); ok && len(res.Wrappers) == 0 && rg.CanRange() && rg.Size() > 0 {
+		r = source.ReaderAt(ctx, rg)
+	}
+	return refuseVirtualSize(r, opt, res)
+}
+
+func refuseVirtualSize(r io.ReaderAt, opt Options, res *Result) (bool, error) {
+	n, err := format.VirtualSize(res.Format, r)
+	if err != nil {
+		opt.Log.V(1).Info("virtual size not known yet", "format", res.Format, "reason", err.Error())
+		return false, nil
+	}
+	if n > opt.Size {
+		return true, tooSmall(res.Format, n, opt.Size)
+	}
+	return true, nil
+}
+
+// tooSmall says that an image does not fit and what to ask for.
+func tooSmall(f format.Format, virtual, usable int64) error {
+	return fmt.Errorf("%w: the %s virtual size is %d bytes (%s) but only %d bytes (%s) of the target are usable; request a larger volume",
+		ErrTooBig, f, virtual, humanBytes(virtual), usable, humanBytes(usable))
+}
+
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 5; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 // tailBytes returns the last bytes of a Range-capable source (for the
@@ -530,7 +581,13 @@ func (l *limitedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-func importViaScratch(ctx context.Context, in, outer io.Reader, hasher hash.Hash, opt Options, res *Result) (*Result, error) {
+// probeBytes is how much of a vmdk or vhdx image is spooled before its
+// virtual size is read from the scratch copy, when it could not be read
+// earlier (a compressed or non-seekable source): VHDX keeps its metadata
+// a few MiB into the file.
+const probeBytes = 8 << 20
+
+func importViaScratch(ctx context.Context, in, outer io.Reader, hasher hash.Hash, opt Options, res *Result, sizeKnown bool) (*Result, error) {
 	qfmt, ok := res.Format.QemuFormat()
 	if !ok {
 		return nil, fmt.Errorf("%w: image format %s", ErrUnsupported, res.Format)
@@ -545,7 +602,21 @@ func importViaScratch(ctx context.Context, in, outer io.Reader, hasher hash.Hash
 	scratch := f.Name()
 	defer os.Remove(scratch)
 	lim := scratchLimit(opt, opt.ScratchDir)
-	_, err = io.CopyBuffer(&limitedWriter{w: f, left: lim, limit: lim}, in, make([]byte, 1<<20))
+	lw := &limitedWriter{w: f, left: lim, limit: lim}
+	buf := make([]byte, 1<<20)
+	if !sizeKnown && opt.Size > 0 && (res.Format == format.VMDK || res.Format == format.VHDX) {
+		var n int64
+		n, err = io.CopyBuffer(lw, io.LimitReader(in, probeBytes), buf)
+		if err == nil {
+			if _, err = refuseVirtualSize(io.NewSectionReader(f, 0, n), opt, res); err != nil {
+				f.Close()
+				return nil, err
+			}
+		}
+	}
+	if err == nil {
+		_, err = io.CopyBuffer(lw, in, buf)
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -572,7 +643,7 @@ func importViaScratch(ctx context.Context, in, outer io.Reader, hasher hash.Hash
 		return nil, err
 	}
 	if opt.Size > 0 && info.VirtualSize > opt.Size {
-		return nil, fmt.Errorf("%w: the %s virtual size is %d bytes but only %d are usable", ErrTooBig, res.Format, info.VirtualSize, opt.Size)
+		return nil, tooSmall(res.Format, info.VirtualSize, opt.Size)
 	}
 	if !opt.Block {
 		if err := os.Remove(opt.Path); err != nil && !os.IsNotExist(err) {

@@ -2,6 +2,8 @@ package format
 
 import (
 	"encoding/binary"
+	"fmt"
+	"io"
 )
 
 // TailSize is how many trailing bytes MinDecompressedSize can use.
@@ -132,4 +134,18 @@ func xzIndexSize(t []byte) (int64, bool) {
 		}
 	}
 	return int64(total), true
+}
+
+// VirtualSize returns the virtual size a vmdk or vhdx image states, read
+// through r (which may hold only the file's first bytes), or an error
+// wrapping ErrNoVirtualSize when the image does not say or f is another
+// format. It reads only the few structures it needs, each bounded.
+func VirtualSize(f Format, r io.ReaderAt) (int64, error) {
+	switch f {
+	case VMDK:
+		return VMDKVirtualSize(r)
+	case VHDX:
+		return VHDXVirtualSize(r)
+	}
+	return 0, fmt.Errorf("%w: %s images are not read here", ErrNoVirtualSize, f)
 }
