@@ -114,7 +114,8 @@ func Run(ctx context.Context, cfg *Config, p Paths, log logr.Logger) error {
 	}
 	msg := contract.TerminationMessage{Outcome: contract.OutcomeSucceeded}
 	if runErr != nil {
-		text := runErr.Error()
+		// What the DataVolume shows: the user's URL, not the pod's paths.
+		text := FailureMessage(runErr.Error(), SourceName(cfg), internalPaths(p))
 		msg = contract.TerminationMessage{Outcome: contract.OutcomeFailed, Message: &text}
 		var interrupted *InterruptedError
 		stopped := errors.As(runErr, &interrupted)
