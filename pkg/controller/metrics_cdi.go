@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"regexp"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
@@ -37,3 +39,27 @@ func setCRReady(st cdiv1.CDIStatus) {
 
 // CDICollectors are the controller's CDI-resource metrics, registered by the manager.
 func CDICollectors() []prometheus.Collector { return []prometheus.Collector{crReady} }
+
+// fqNamePattern reads a metric's name from its Desc (client_golang's
+// Desc.String() is `Desc{fqName: "<name>", ...}`).
+var fqNamePattern = regexp.MustCompile(`fqName: "([^"]+)"`)
+
+// ControllerMetricNames are the names of the metrics the controller
+// exports from its own collectors: the CDI resource's readiness, pending
+// DataVolumes and the StorageProfile info series.
+func ControllerMetricNames() []string {
+	ch := make(chan *prometheus.Desc, 16)
+	go func() {
+		for _, c := range append(CDICollectors(), pendingCollector{}, storageProfileInfo) {
+			c.Describe(ch)
+		}
+		close(ch)
+	}()
+	var names []string
+	for d := range ch {
+		if m := fqNamePattern.FindStringSubmatch(d.String()); m != nil {
+			names = append(names, m[1])
+		}
+	}
+	return names
+}
