@@ -56,7 +56,7 @@ func newAPIServerCommand() *cobra.Command {
 	flags.IntVar(&opts.SecurePort, "secure-port", 8443, "HTTPS port for the API and the webhooks")
 	flags.StringVar(&opts.CertFile, "tls-cert-file", "", "serving certificate (PEM); reloaded when the file changes. Empty: generate a self-signed one")
 	flags.StringVar(&opts.KeyFile, "tls-private-key-file", "", "private key of --tls-cert-file (PEM)")
-	flags.StringSliceVar(&opts.GeneratedHosts, "generated-cert-hosts", []string{"kubefill-api.kubefill.svc", "localhost", "127.0.0.1"}, "DNS names and IPs of a generated serving certificate")
+	flags.StringSliceVar(&opts.GeneratedHosts, "generated-cert-hosts", []string{"kubefill-api.kubefill-system.svc", "localhost", "127.0.0.1"}, "DNS names and IPs of a generated serving certificate")
 	flags.StringVar(&opts.GeneratedCAFile, "generated-ca-file", "", "write the CA of a generated serving certificate here (for a caBundle)")
 	flags.StringVar(&opts.InstallNamespace, "install-namespace", "", "namespace of Kubefill's own objects, such as the signing key Secret (default: $POD_NAMESPACE)")
 	flags.StringVar(&opts.SigningKeySecret, "signing-key-secret", token.DefaultSigningKeySecretName, "name of the Secret that holds the token signing key")

@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/kubefill/kubefill/pkg/certs"
 	"github.com/kubefill/kubefill/pkg/contract"
 	"github.com/kubefill/kubefill/pkg/controller"
 )
@@ -51,6 +52,10 @@ func newControllerCommand() *cobra.Command {
 	flags.StringVar(&opts.TokenKeySecret, "token-key-secret", "", "the API server's signing key Secret in the install namespace, read when --token-key-dir is empty (default kubefill-api-signing-key)")
 	flags.StringVar(&opts.ExtendedTokenKeySecret, "extended-token-key-secret", "", "Secret in the install namespace keeping the controller's key for extended clone tokens, made at first use (default "+controller.DefaultExtendedTokenKeySecret+")")
 	flags.StringVar(&opts.UploadProxyURL, "uploadproxy-url", "", "user-facing upload proxy URL published in CDIConfig status (spec.uploadProxyURLOverride wins)")
+	flags.BoolVar(&opts.APIServerCertificates, "apiserver-certificates", true, "keep the API server's signer and serving certificate ("+certs.APIServerServerCert+") in the install namespace and inject its CA bundle into the APIService and the webhook configurations that point at --apiserver-service; false when cert-manager issues that certificate")
+	flags.StringVar(&opts.APIServerService, "apiserver-service", certs.DefaultAPIServerService, "the API server's Service in the install namespace, which its serving certificate names")
+	flags.StringVar(&opts.UploadProxyService, "uploadproxy-service", certs.DefaultUploadProxyService, "the upload proxy's Service in the install namespace, which its serving certificate ("+certs.UploadProxyServerCert+") names, with its cluster IPs")
+	flags.DurationVar(&opts.CertPoll, "cert-poll-interval", certs.DefaultPoll, "check the certificates at least this often (they are also checked when one is due and when the CDI resource changes)")
 	goFlags := flag.NewFlagSet("zap", flag.ContinueOnError)
 	zapOpts.BindFlags(goFlags)
 	flags.AddGoFlagSet(goFlags)

@@ -28,12 +28,16 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kubefill/kubefill/pkg/apiserver/admission"
+	"github.com/kubefill/kubefill/pkg/certs"
 	"github.com/kubefill/kubefill/pkg/populators"
 	"github.com/kubefill/kubefill/pkg/token"
 	"github.com/kubefill/kubefill/pkg/uploadproxy"
 )
 
 const installDir = "../../manifests/install"
+
+// installNamespace is the namespace of every namespaced object of the install.
+const installNamespace = "kubefill-system"
 
 // manifestDoc is one YAML document of manifests/install.
 type manifestDoc struct {
@@ -292,11 +296,14 @@ func checkFilesMounted(t *testing.T, d appsv1.Deployment, c corev1.Container, cm
 // creates it. The keys of the ones Kubefill makes are read from the real
 // code below, not written down here.
 var secretCreators = map[string]string{
-	token.DefaultSigningKeySecretName:    "kubefill apiserver (token.EnsureSigningKeySecret, at start)",
-	populators.UploadProxyClientSecret:   "kubefill controller (populators.EnsureUploadPKI, at start and with the first upload)",
-	populators.UploadServerCASecret:      "kubefill controller (populators.EnsureUploadPKI)",
-	populators.UploadProxyClientCASecret: "kubefill controller (populators.EnsureUploadPKI)",
-	"kubefill-api-tls":                   "cert-manager, from the Certificate in manifests/install/cert-manager.yaml (or by hand: docs/install.md)",
+	token.DefaultSigningKeySecretName: "kubefill apiserver (token.EnsureSigningKeySecret, at start)",
+	certs.UploadServerClientCert:      "kubefill controller (the certificate controller, pkg/certs, at start; populators.EnsureUploadPKI with the first upload)",
+	certs.UploadServerSigner:          "kubefill controller (pkg/certs)",
+	certs.UploadServerClientSigner:    "kubefill controller (pkg/certs)",
+	certs.UploadProxySigner:           "kubefill controller (pkg/certs)",
+	certs.UploadProxyServerCert:       "kubefill controller (pkg/certs)",
+	certs.APIServerSigner:             "kubefill controller (pkg/certs, --apiserver-certificates)",
+	certs.APIServerServerCert:         "kubefill controller (pkg/certs, --apiserver-certificates), or cert-manager from the Certificate in manifests/install/cert-manager.yaml",
 }
 
 // secretKeys runs the code that makes Kubefill's Secrets against a fake
@@ -324,9 +331,17 @@ func makeSecretKeys(t *testing.T) map[string]map[string]bool {
 	if err := corev1.AddToScheme(s); err != nil {
 		t.Fatal(err)
 	}
+	if err := admissionregistrationv1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
 	c := fake.NewClientBuilder().WithScheme(s).Build()
-	const ns = "kubefill"
+	const ns = installNamespace
 	if _, _, err := populators.EnsureUploadPKI(ctx, c, c, ns); err != nil {
+		t.Fatal(err)
+	}
+	// The certificate controller's pass makes every chain.
+	rot := &certs.Rotator{Store: certs.Store{Client: c, Namespace: ns}, APIServer: true}
+	if _, err := rot.Sync(ctx, certs.DefaultSettings(), time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := token.EnsureSigningKeySecret(ctx, c, ns, token.DefaultSigningKeySecretName); err != nil {
@@ -436,8 +451,8 @@ func TestInstallManifestsAreConsistent(t *testing.T) {
 			Metadata struct{ Namespace string } `json:"metadata"`
 		}
 		_ = yaml.Unmarshal(d.raw, &meta)
-		if ns := meta.Metadata.Namespace; ns != "" && ns != "kubefill" && !(d.kind == "RoleBinding" && ns == "kube-system") {
-			t.Errorf("%s: %s in namespace %s, want kubefill", d.file, d.kind, ns)
+		if ns := meta.Metadata.Namespace; ns != "" && ns != installNamespace && !(d.kind == "RoleBinding" && ns == "kube-system") {
+			t.Errorf("%s: %s in namespace %s, want %s", d.file, d.kind, ns, installNamespace)
 		}
 	}
 	sas := map[string]bool{}
@@ -494,7 +509,7 @@ func TestInstallManifestsAreConsistent(t *testing.T) {
 	}
 	servicePort := func(what string, ref *admissionregistrationv1.ServiceReference) {
 		s, ok := services[ref.Name]
-		if !ok || ref.Namespace != "kubefill" {
+		if !ok || ref.Namespace != installNamespace {
 			t.Errorf("%s: Service %s/%s not in the manifests", what, ref.Namespace, ref.Name)
 			return
 		}

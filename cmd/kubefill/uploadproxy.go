@@ -50,7 +50,7 @@ func newUploadProxyCommand() *cobra.Command {
 	flags.IntVar(&opts.SecurePort, "secure-port", 8443, "HTTPS port users upload to")
 	flags.StringVar(&opts.CertFile, "tls-cert-file", "", "serving certificate (PEM); reloaded when the file changes. Empty: generate a self-signed one")
 	flags.StringVar(&opts.KeyFile, "tls-private-key-file", "", "private key of --tls-cert-file (PEM)")
-	flags.StringSliceVar(&opts.GeneratedHosts, "generated-cert-hosts", []string{"kubefill-uploadproxy.kubefill.svc", "localhost", "127.0.0.1"}, "DNS names and IPs of a generated serving certificate")
+	flags.StringSliceVar(&opts.GeneratedHosts, "generated-cert-hosts", []string{"kubefill-uploadproxy.kubefill-system.svc", "localhost", "127.0.0.1"}, "DNS names and IPs of a generated serving certificate")
 	flags.StringVar(&opts.SigningKeyDir, "signing-key-dir", "", "directory of the mounted token signing key Secret (id_rsa.pub, id_rsa.pub.previous, rotated-at)")
 	flags.DurationVar(&opts.TokenLeeway, "token-leeway", 10*time.Second, "clock skew allowed when checking a token's exp, nbf and iat")
 	flags.StringVar(&opts.Upstream.ClientCertFile, "client-cert-file", "", "client certificate (PEM) the proxy presents to upload servers")

@@ -286,11 +286,11 @@ func (w *sourceWorker) ensureClientCert(ctx context.Context, f *populators.Flow,
 	} else if !apierrors.IsNotFound(err) {
 		return fmt.Errorf("reading Secret %s: %w", key, err)
 	}
-	serverCA, clientCA, err := populators.EnsureUploadPKI(ctx, k.Client, reader, k.Namespace)
+	u, err := populators.LoadUploadPKI(ctx, k.Client, reader, k.Namespace)
 	if err != nil {
 		return err
 	}
-	crt, pem, err := clientCA.Issue(f.Prime.Annotations[cdiv1.AnnUploadClientName], nil, true, 30*24*time.Hour)
+	crt, pem, err := u.ClientSigner.CA.Issue(f.Prime.Annotations[cdiv1.AnnUploadClientName], nil, true, 30*24*time.Hour)
 	if err != nil {
 		return err
 	}
@@ -299,7 +299,7 @@ func (w *sourceWorker) ensureClientCert(ctx context.Context, f *populators.Flow,
 			cdiv1.LabelApp: cdiv1.LabelAppValue, cdiv1.LabelOwnedByUID: string(f.Target.UID), cdiv1.LabelAppManagedBy: "kubefill"},
 			Annotations: map[string]string{populators.TargetAnnotation: populators.TargetRef(f.Target.Namespace, f.Target.Name, f.Prime.Namespace)}},
 		Type: corev1.SecretTypeTLS,
-		Data: map[string][]byte{corev1.TLSCertKey: crt, corev1.TLSPrivateKeyKey: pem, "ca.crt": serverCA.CertPEM},
+		Data: map[string][]byte{corev1.TLSCertKey: crt, corev1.TLSPrivateKeyKey: pem, "ca.crt": u.ServerBundle},
 	}
 	if f.Prime.Namespace == f.Target.Namespace {
 		s.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "PersistentVolumeClaim", Name: f.Target.Name, UID: f.Target.UID}}

@@ -13,7 +13,6 @@ import (
 	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v6/apis/volumesnapshot/v1"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -23,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/kubefill/kubefill/pkg/certs"
 	"github.com/kubefill/kubefill/pkg/clone"
 	"github.com/kubefill/kubefill/pkg/contract"
 	"github.com/kubefill/kubefill/pkg/populators"
@@ -59,6 +59,18 @@ type ManagerOptions struct {
 	// clone tokens (issuer cdi-deployment) in the install namespace, made at
 	// first use; empty is DefaultExtendedTokenKeySecret.
 	ExtendedTokenKeySecret string
+	// APIServerCertificates makes the controller keep the API server's
+	// signer and serving certificate (certs.APIServerServerCert) and inject
+	// its CA bundle into the APIService and the webhook configurations that
+	// point at APIServerService. Off where something else serves or
+	// certifies the API (cert-manager, a test harness).
+	APIServerCertificates bool
+	// APIServerService and UploadProxyService name the Services in the
+	// install namespace the serving certificates are for; empty are
+	// certs.DefaultAPIServerService and certs.DefaultUploadProxyService.
+	APIServerService, UploadProxyService string
+	// CertPoll bounds the wait between certificate checks; zero is a minute.
+	CertPoll time.Duration
 	// SkipNameValidation lets tests run several managers in one process.
 	SkipNameValidation bool
 	// Version is this build's version, reported on the CDI resource
@@ -176,23 +188,14 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
 		return nil, fmt.Errorf("adding VolumePopulator registration: %w", err)
 	}
 	if installNS != "" {
-		// The upload proxy mounts its client certificate Secret: it must exist
-		// before the first upload, not only once an upload pod is made.
-		uploadPKI := manager.RunnableFunc(func(ctx context.Context) error {
-			err := wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: time.Second, Factor: 2, Steps: 8, Cap: time.Minute}, func(ctx context.Context) (bool, error) {
-				_, _, err := populators.EnsureUploadPKI(ctx, mgr.GetClient(), mgr.GetAPIReader(), installNS)
-				if err != nil {
-					ctrl.Log.WithName("setup").Error(err, "creating the upload CAs and the upload proxy's client certificate; retrying")
-				}
-				return err == nil, nil
-			})
-			if err != nil {
-				ctrl.Log.WithName("setup").Error(err, "gave up creating the upload PKI at start; the upload populator creates it with the first upload")
-			}
-			return nil
-		})
-		if err := mgr.Add(uploadPKI); err != nil {
-			return nil, fmt.Errorf("adding the upload PKI set-up: %w", err)
+		// CDI's certificate chains, kept and rotated in the install namespace
+		// (the upload proxy mounts its client certificate: it must exist
+		// before the first upload, not only once an upload pod is made).
+		rot := &certs.Rotator{Store: certs.Store{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: installNS},
+			APIServer: opts.APIServerCertificates, APIServerService: opts.APIServerService, UploadProxyService: opts.UploadProxyService}
+		r := &certs.Reconciler{Rotator: rot, Recorder: mgr.GetEventRecorder("certificate-controller"), Poll: opts.CertPoll}
+		if err := r.SetupWithManager(mgr); err != nil {
+			return nil, err
 		}
 	}
 	return mgr, nil

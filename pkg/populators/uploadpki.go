@@ -1,7 +1,6 @@
 package populators
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"time"
@@ -13,35 +12,36 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+	"github.com/kubefill/kubefill/pkg/certs"
 	"github.com/kubefill/kubefill/pkg/contract"
 	"github.com/kubefill/kubefill/pkg/pki"
 )
 
-// Secrets and names the upload flow shares with the upload proxy. All the
-// Secrets below live in the controller's install namespace, except the
-// per-pod serving Secret, which sits next to its upload pod.
+// Secrets and names the upload flow shares with the upload proxy: CDI's
+// upload chains (pkg/certs), kept and rotated by the certificate
+// controller in the controller's install namespace. Only the per-pod
+// serving Secret sits next to its upload pod.
 const (
-	// UploadServerCASecret holds the CA (tls.crt, tls.key) that signs each
-	// upload pod's serving certificate. The proxy trusts its tls.crt.
-	UploadServerCASecret = "kubefill-upload-server-ca"
-	// UploadProxyClientCASecret holds the CA (tls.crt, tls.key) of the
-	// proxy's client certificates; upload servers accept only those.
-	UploadProxyClientCASecret = "kubefill-uploadproxy-client-ca"
-	// UploadProxyClientSecret is the proxy's client certificate: tls.crt and
-	// tls.key (common name UploadProxyClientName), plus ca.crt, the upload
-	// server CA to verify upload pods with.
-	UploadProxyClientSecret = "kubefill-uploadproxy-client"
-	// UploadProxyClientName is the common name upload servers require.
-	UploadProxyClientName = "kubefill-uploadproxy"
+	// UploadServerCASecret is the upload-server signer (tls.crt, tls.key),
+	// which signs each upload pod's serving certificate. Its bundle
+	// ConfigMap (certs.BundleName) holds every still-valid CA of the chain.
+	UploadServerCASecret = certs.UploadServerSigner
+	// UploadProxyClientCASecret is the upload-server client signer, the CA
+	// of the certificates upload servers accept.
+	UploadProxyClientCASecret = certs.UploadServerClientSigner
+	// UploadProxyClientSecret is the upload proxy's client certificate:
+	// tls.crt and tls.key (common name UploadProxyClientName), plus ca.crt,
+	// the upload-server signer's bundle to verify upload pods with.
+	UploadProxyClientSecret = certs.UploadServerClientCert
+	// UploadProxyClientName is the common name upload servers require of
+	// the proxy, CDI's.
+	UploadProxyClientName = certs.UploadServerClientName
 	// UploadServerPort is the upload server's TLS port in the pod; its
 	// Service listens on contract.UploadServicePort.
 	UploadServerPort = contract.UploadServerPort
 	// LabelUploadTarget on an upload pod names its prime; the pod's Service
 	// selects on it.
 	LabelUploadTarget = "kubefill.io/upload-target"
-	caValidity        = 10 * 365 * 24 * time.Hour
-	leafValidity      = 365 * 24 * time.Hour
 )
 
 // UploadServiceHost is the DNS name the proxy dials (and verifies) for an
@@ -50,81 +50,26 @@ func UploadServiceHost(serviceName, namespace string) string {
 	return serviceName + "." + namespace + ".svc"
 }
 
-// EnsureCA returns the CA kept in Secret name of the install namespace,
-// creating it when absent. Concurrent creators converge on the first one.
-func EnsureCA(ctx context.Context, c client.Client, r client.Reader, namespace, name string) (*pki.CA, error) {
-	key := types.NamespacedName{Namespace: namespace, Name: name}
-	for range 3 {
-		s := &corev1.Secret{}
-		err := r.Get(ctx, key, s)
-		if err == nil {
-			ca, err := pki.LoadCA(s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey])
-			if err != nil {
-				return nil, fmt.Errorf("Secret %s/%s: %w", namespace, name, err)
-			}
-			return ca, nil
-		}
-		if !apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("reading Secret %s/%s: %w", namespace, name, err)
-		}
-		ca, err := pki.NewCA(name, caValidity)
-		if err != nil {
-			return nil, err
-		}
-		s = &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: map[string]string{cdiv1.LabelAppManagedBy: "kubefill"}},
-			Type:       corev1.SecretTypeTLS,
-			Data:       map[string][]byte{corev1.TLSCertKey: ca.CertPEM, corev1.TLSPrivateKeyKey: ca.KeyPEM},
-		}
-		if err := c.Create(ctx, s); err == nil {
-			return ca, nil
-		} else if !apierrors.IsAlreadyExists(err) {
-			return nil, fmt.Errorf("creating Secret %s/%s: %w", namespace, name, err)
-		}
+// LoadUploadPKI returns the upload chains of the install namespace,
+// creating any that is missing (an upload may come before the certificate
+// controller's first pass); it never rotates them.
+func LoadUploadPKI(ctx context.Context, c client.Client, r client.Reader, namespace string) (*certs.UploadChains, error) {
+	if namespace == "" {
+		return nil, fmt.Errorf("the controller's install namespace is not set (POD_NAMESPACE)")
 	}
-	return nil, fmt.Errorf("Secret %s/%s keeps changing", namespace, name)
+	store := &certs.Store{Client: c, Reader: r, Namespace: namespace}
+	return store.EnsureUploadChains(ctx, time.Now())
 }
 
-// EnsureUploadPKI makes sure the upload server CA, the proxy's client CA and
-// the proxy's client certificate exist, and returns both CAs.
+// EnsureUploadPKI makes sure the upload-server signer, the client signer,
+// their bundles and the proxy's client certificate exist, and returns both
+// signers' CAs.
 func EnsureUploadPKI(ctx context.Context, c client.Client, r client.Reader, namespace string) (serverCA, clientCA *pki.CA, err error) {
-	if namespace == "" {
-		return nil, nil, fmt.Errorf("the controller's install namespace is not set (POD_NAMESPACE)")
-	}
-	if serverCA, err = EnsureCA(ctx, c, r, namespace, UploadServerCASecret); err != nil {
+	u, err := LoadUploadPKI(ctx, c, r, namespace)
+	if err != nil {
 		return nil, nil, err
 	}
-	if clientCA, err = EnsureCA(ctx, c, r, namespace, UploadProxyClientCASecret); err != nil {
-		return nil, nil, err
-	}
-	s := &corev1.Secret{}
-	err = r.Get(ctx, types.NamespacedName{Namespace: namespace, Name: UploadProxyClientSecret}, s)
-	if err == nil && bytes.Equal(s.Data["ca.crt"], serverCA.CertPEM) {
-		return serverCA, clientCA, nil
-	}
-	if err != nil && !apierrors.IsNotFound(err) {
-		return nil, nil, fmt.Errorf("reading Secret %s/%s: %w", namespace, UploadProxyClientSecret, err)
-	}
-	crt, key, ierr := clientCA.Issue(UploadProxyClientName, nil, true, leafValidity)
-	if ierr != nil {
-		return nil, nil, ierr
-	}
-	data := map[string][]byte{corev1.TLSCertKey: crt, corev1.TLSPrivateKeyKey: key, "ca.crt": serverCA.CertPEM}
-	if apierrors.IsNotFound(err) {
-		s = &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: UploadProxyClientSecret, Namespace: namespace, Labels: map[string]string{cdiv1.LabelAppManagedBy: "kubefill"}},
-			Type:       corev1.SecretTypeTLS, Data: data,
-		}
-		if err := c.Create(ctx, s); err != nil && !apierrors.IsAlreadyExists(err) {
-			return nil, nil, fmt.Errorf("creating Secret %s/%s: %w", namespace, UploadProxyClientSecret, err)
-		}
-		return serverCA, clientCA, nil
-	}
-	s.Data = data
-	if err := c.Update(ctx, s); err != nil {
-		return nil, nil, fmt.Errorf("updating Secret %s/%s: %w", namespace, UploadProxyClientSecret, err)
-	}
-	return serverCA, clientCA, nil
+	return u.ServerSigner.CA, u.ClientSigner.CA, nil
 }
 
 // ensureServing creates the upload pod's serving Secret and its Service.
@@ -134,19 +79,25 @@ func (p *UploadServing) ensureServing(ctx context.Context, target, prime *corev1
 	s := &corev1.Secret{}
 	err := k.reader().Get(ctx, types.NamespacedName{Namespace: prime.Namespace, Name: name}, s)
 	if apierrors.IsNotFound(err) {
-		serverCA, clientCA, err := EnsureUploadPKI(ctx, k.Client, k.reader(), k.Namespace)
+		u, err := LoadUploadPKI(ctx, k.Client, k.reader(), k.Namespace)
 		if err != nil {
 			return err
 		}
+		// Valid as long as the signer is: the proxy trusts the signer's
+		// bundle, which keeps it until it expires.
 		host := UploadServiceHost(name, prime.Namespace)
-		crt, key, err := serverCA.Issue(host, []string{name, name + "." + prime.Namespace, host, host + ".cluster.local"}, false, leafValidity)
+		now := time.Now()
+		crt, key, err := u.ServerSigner.CA.Issue(host, []string{name, name + "." + prime.Namespace, host, host + ".cluster.local"}, false,
+			certs.LeafValidity(u.ServerSigner, uploadServerValidity, now))
 		if err != nil {
 			return err
 		}
+		// client-ca.crt is the client signer's whole bundle, so a proxy
+		// certificate from a rotated signer is accepted too.
 		s = &corev1.Secret{
 			ObjectMeta: servingMeta(name, target, prime),
 			Type:       corev1.SecretTypeTLS,
-			Data:       map[string][]byte{corev1.TLSCertKey: crt, corev1.TLSPrivateKeyKey: key, "client-ca.crt": clientCA.CertPEM},
+			Data:       map[string][]byte{corev1.TLSCertKey: crt, corev1.TLSPrivateKeyKey: key, "client-ca.crt": u.ClientBundle},
 		}
 		if err := k.Client.Create(ctx, s); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating upload Secret %s: %w", name, err)
@@ -169,6 +120,10 @@ func (p *UploadServing) ensureServing(ctx context.Context, target, prime *corev1
 }
 
 // servingMeta is the metadata of an object serving target's upload pod.
+// uploadServerValidity bounds an upload pod's serving certificate; it is
+// cut to the signer's remaining validity.
+const uploadServerValidity = 48 * time.Hour
+
 func servingMeta(name string, target, prime *corev1.PersistentVolumeClaim) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: name, Namespace: prime.Namespace, Labels: workerLabels(target, "upload-server"), OwnerReferences: ownedBy(target, prime.Namespace)}
 }

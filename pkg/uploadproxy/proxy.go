@@ -3,19 +3,18 @@ package uploadproxy
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
 
+	"github.com/kubefill/kubefill/pkg/pki"
 	"github.com/kubefill/kubefill/pkg/token"
 )
 
@@ -218,20 +217,16 @@ type UpstreamTLS struct {
 // certificate and verifies upload servers against the CA bundle. The key
 // pair is re-read on each new connection, so rotated files take effect.
 func NewUpstreamTransport(c UpstreamTLS) (*http.Transport, error) {
-	caPEM, err := os.ReadFile(c.CAFile)
+	// Re-read per connection: the bundle gains a rotated signer's CA.
+	cas, err := pki.NewPoolReloader(c.CAFile)
 	if err != nil {
-		return nil, fmt.Errorf("reading the upload server CA bundle: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		return nil, fmt.Errorf("no PEM certificate in the upload server CA bundle %s", c.CAFile)
+		return nil, fmt.Errorf("the upload server CA bundle: %w", err)
 	}
 	if _, err := tls.LoadX509KeyPair(c.ClientCertFile, c.ClientKeyFile); err != nil {
 		return nil, fmt.Errorf("loading the proxy's client certificate: %w", err)
 	}
 	base := &tls.Config{
 		MinVersion: tls.VersionTLS12,
-		RootCAs:    pool,
 		// HTTP/1.1 only, for NewServer's reason; the transport would not
 		// speak HTTP/2 over its own dialer anyway.
 		NextProtos: []string{"http/1.1"},
@@ -251,6 +246,7 @@ func NewUpstreamTransport(c UpstreamTLS) (*http.Transport, error) {
 				return nil, err
 			}
 			cfg := base.Clone()
+			cfg.RootCAs = cas.Pool()
 			up, _ := ctx.Value(ctxKey{}).(upstream)
 			switch {
 			case c.ServerName != "":

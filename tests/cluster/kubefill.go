@@ -44,6 +44,8 @@ func (c *Cluster) startKubefill(ctx context.Context) error {
 		"--metrics-bind-address=0",
 		"--health-probe-bind-address=0",
 		"--worker-image=kubefill/kubefill:dev",
+		// The harness serves the token API itself, with a CA of its own.
+		"--apiserver-certificates=false",
 	)
 	if err != nil {
 		return err

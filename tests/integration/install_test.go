@@ -58,7 +58,7 @@ import (
 
 // The namespace and ServiceAccounts of manifests/install.
 const (
-	installNamespace = "kubefill"
+	installNamespace = "kubefill-system"
 	controllerSA     = "kubefill-controller"
 	apiserverSA      = "kubefill-apiserver"
 	uploadproxySA    = "kubefill-uploadproxy"
