@@ -30,6 +30,7 @@ done <<'TARGETS'
 ./pkg/datapath/qcow2/ FuzzImage
 ./pkg/datapath/format/ FuzzVMDK
 ./pkg/datapath/format/ FuzzVHDX
+./pkg/datapath/format/ FuzzDecoderMemory
 ./pkg/datapath/archive/ FuzzExtract
 ./pkg/token/ FuzzValidate
 ./pkg/apiserver/admission/ FuzzReview

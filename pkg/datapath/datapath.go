@@ -83,7 +83,10 @@ type Options struct {
 	// Progress receives source bytes consumed and the total (-1 unknown).
 	// It is never called concurrently, and done never decreases.
 	Progress func(done, total int64)
-	Log      logr.Logger
+	// MemoryLimit is the worker's memory limit in bytes (0 = not known);
+	// it bounds the history a decompressor may keep.
+	MemoryLimit int64
+	Log         logr.Logger
 }
 
 // Result describes a finished import.
@@ -160,7 +163,11 @@ func Import(ctx context.Context, src source.Source, opt Options) (res *Result, e
 		if len(res.Wrappers) == maxWrappers {
 			return nil, fmt.Errorf("%w: more than %d nested compression layers", ErrUnsupported, maxWrappers)
 		}
-		dr, closeFn, err := decompressor(res.Format, in)
+		budget := DecoderBudget(opt.MemoryLimit)
+		if err := CheckDecoderMemory(res.Format, hdr, opt.MemoryLimit); err != nil {
+			return nil, err
+		}
+		dr, closeFn, err := decompressor(res.Format, in, budget, opt.MemoryLimit)
 		if err != nil {
 			return nil, fmt.Errorf("opening %s stream: %w", res.Format, err)
 		}
@@ -310,7 +317,7 @@ func finishStream(outer io.Reader, h hash.Hash, c *Checksum) error {
 	return c.Verify(h)
 }
 
-func decompressor(f format.Format, r io.Reader) (io.Reader, func(), error) {
+func decompressor(f format.Format, r io.Reader, budget, limit int64) (io.Reader, func(), error) {
 	switch f {
 	case format.Gzip:
 		z, err := gzip.NewReader(r)
@@ -325,11 +332,13 @@ func decompressor(f format.Format, r io.Reader) (io.Reader, func(), error) {
 		}
 		return z, func() {}, nil
 	case format.Zstd:
-		z, err := zstd.NewReader(r, zstd.WithDecoderMaxMemory(256<<20), zstd.WithDecoderMaxWindow(128<<20), zstd.WithDecoderConcurrency(2))
+		// The window cap follows the worker's memory; a later frame with a
+		// larger window fails with the same advice as the first one.
+		z, err := zstd.NewReader(r, zstd.WithDecoderMaxMemory(uint64(budget)), zstd.WithDecoderMaxWindow(uint64(budget)), zstd.WithDecoderConcurrency(2))
 		if err != nil {
 			return nil, nil, err
 		}
-		return z, z.Close, nil
+		return &zstdReader{z: z, limit: limit}, z.Close, nil
 	case format.Bzip2:
 		return bzip2.NewReader(r), func() {}, nil
 	}

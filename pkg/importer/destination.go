@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -24,7 +26,7 @@ func DestinationOptions(p Paths, ct datapath.ContentType, imageSize int64, overh
 		mode = st.Mode()
 	}
 	dst := ChooseDestination(p, mode, statErr == nil)
-	opt := datapath.Options{ContentType: ct, Path: dst.Path, Block: dst.Block}
+	opt := datapath.Options{ContentType: ct, Path: dst.Path, Block: dst.Block, MemoryLimit: MemoryLimit(p.CgroupRoot)}
 	if fi, err := os.Stat(p.ScratchDir); err == nil && fi.IsDir() {
 		opt.ScratchDir = p.ScratchDir
 	}
@@ -72,4 +74,30 @@ func deviceSize(p string) (int64, error) {
 		return 0, fmt.Errorf("sizing block device: %w", err)
 	}
 	return n, nil
+}
+
+// MemoryLimit is the pod's memory limit in bytes from its cgroup (v2
+// memory.max, else v1 memory.limit_in_bytes under root), or 0 when there
+// is none or it cannot be read.
+func MemoryLimit(root string) int64 {
+	if root == "" {
+		return 0
+	}
+	for _, f := range []string{"memory.max", "memory/memory.limit_in_bytes"} {
+		if b, err := os.ReadFile(filepath.Join(root, f)); err == nil {
+			return ParseMemoryLimit(string(b))
+		}
+	}
+	return 0
+}
+
+// ParseMemoryLimit reads a cgroup memory limit file's content: a number of
+// bytes, or "max" (v2) or a page-rounded 2^63 (v1) for none, which give 0.
+// It is pure.
+func ParseMemoryLimit(s string) int64 {
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil || n <= 0 || n >= 1<<62 {
+		return 0
+	}
+	return n
 }

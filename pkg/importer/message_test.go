@@ -112,3 +112,25 @@ func TestFailuresNameTheURLNotThePodsPaths(t *testing.T) {
 		})
 	}
 }
+
+func TestMemoryLimit(t *testing.T) {
+	for in, want := range map[string]int64{
+		"536870912\n":           512 << 20,
+		"max\n":                 0,
+		"9223372036854771712\n": 0, // cgroup v1 without a limit
+		"":                      0,
+		"-1":                    0,
+	} {
+		if got := ParseMemoryLimit(in); got != want {
+			t.Errorf("ParseMemoryLimit(%q) = %d, want %d", in, got, want)
+		}
+	}
+	v2 := t.TempDir()
+	os.WriteFile(filepath.Join(v2, "memory.max"), []byte("1073741824\n"), 0o644)
+	v1 := t.TempDir()
+	os.Mkdir(filepath.Join(v1, "memory"), 0o755)
+	os.WriteFile(filepath.Join(v1, "memory", "memory.limit_in_bytes"), []byte("268435456\n"), 0o644)
+	if MemoryLimit(v2) != 1<<30 || MemoryLimit(v1) != 256<<20 || MemoryLimit(t.TempDir()) != 0 || MemoryLimit("") != 0 {
+		t.Fatalf("MemoryLimit: v2 %d, v1 %d", MemoryLimit(v2), MemoryLimit(v1))
+	}
+}

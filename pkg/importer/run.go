@@ -32,6 +32,9 @@ type Paths struct {
 	MetricsCert, MetricsKey string
 	// OnMetrics, if set, is told the metrics address once it listens.
 	OnMetrics func(addr string)
+	// CgroupRoot is where the pod's cgroup files are (its memory limit
+	// bounds the decompressors); empty means the limit is not known.
+	CgroupRoot string
 }
 
 // DefaultPaths returns CDI's paths and contract.MetricsPort for metrics.
@@ -42,6 +45,7 @@ func DefaultPaths() Paths {
 		ScratchDir:     contract.ScratchDir,
 		TerminationLog: contract.TerminationLog,
 		MetricsAddr:    ":" + strconv.Itoa(contract.MetricsPort),
+		CgroupRoot:     "/sys/fs/cgroup",
 	}
 }
 
