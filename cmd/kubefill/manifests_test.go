@@ -544,9 +544,10 @@ func TestInstallManifestsAreConsistent(t *testing.T) {
 		}
 	}
 	for name, want := range map[string]string{
-		"datavolume-validate.cdi.kubevirt.io": admission.PathDataVolumeValidate,
-		"datavolume-mutate.cdi.kubevirt.io":   admission.PathDataVolumeMutate,
-		"populator-validate.cdi.kubevirt.io":  admission.PathPopulatorValidate,
+		"datavolume-validate.cdi.kubevirt.io":     admission.PathDataVolumeValidate,
+		"datavolume-mutate.cdi.kubevirt.io":       admission.PathDataVolumeMutate,
+		"populator-validate.cdi.kubevirt.io":      admission.PathPopulatorValidate,
+		"dataimportcron-validate.cdi.kubevirt.io": admission.PathDataImportCronValidate,
 	} {
 		if paths[name] != want {
 			t.Errorf("webhook %s path %q, want %q (pkg/apiserver/admission/review.go)", name, paths[name], want)

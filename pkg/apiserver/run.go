@@ -103,6 +103,7 @@ func Run(ctx context.Context, restCfg *rest.Config, opts RunOptions) error {
 		webhooks[admission.PathDataVolumeMutate] = admission.Handler("datavolume-mutate", (&admission.DataVolumeMutator{Client: cl, Tokens: cloneTokens}).Admit)
 		webhooks[admission.PathPopulatorValidate] = admission.Handler("populator-validate", admission.AdmitPopulator)
 		webhooks[admission.PathCDIValidate] = admission.Handler("cdi-validate", (&admission.CDIValidator{Client: cl}).Admit)
+		webhooks[admission.PathDataImportCronValidate] = admission.Handler("dataimportcron-validate", admission.AdmitDataImportCron)
 	}
 	srv, err := NewServer(Config{
 		Kube:         kube,

@@ -161,6 +161,9 @@ func AdmissionWebhooks(baseURL string, caPEM []byte, label string) (*admissionre
 			{Name: "populator-validate.cdi.kubevirt.io", ClientConfig: cfg(admission.PathPopulatorValidate),
 				Rules:         rule([]string{"volumeimportsources", "volumeuploadsources", "volumeclonesources"}, create, update),
 				FailurePolicy: &failPolicy, SideEffects: &none, AdmissionReviewVersions: []string{"v1"}, NamespaceSelector: sel, TimeoutSeconds: &timeout},
+			{Name: "dataimportcron-validate.cdi.kubevirt.io", ClientConfig: cfg(admission.PathDataImportCronValidate),
+				Rules:         rule([]string{"dataimportcrons"}, create, update),
+				FailurePolicy: &failPolicy, SideEffects: &none, AdmissionReviewVersions: []string{"v1"}, NamespaceSelector: sel, TimeoutSeconds: &timeout},
 		},
 	}
 	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{
