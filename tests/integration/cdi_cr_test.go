@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -154,14 +155,19 @@ func TestCDIResourceStatus(t *testing.T) {
 	runManager(t, controller.ManagerOptions{MetricsBindAddress: "0", HealthProbeBindAddress: "0", WorkerImage: "kubefill/kubefill:test",
 		InstallNamespace: installNS, Version: cdiTestVersion})
 
-	// The user's CDIConfig spec before any CDI resource exists.
-	cfgObj := kit.Await(t, 30*time.Second, 100*time.Millisecond, "CDIConfig config to be created",
-		func() (*cdiv1.CDIConfig, error) {
-			c := &cdiv1.CDIConfig{}
-			return c, k8sClient.Get(ctx, types.NamespacedName{Name: cdiv1.CDIConfigName}, c)
-		}, func(*cdiv1.CDIConfig) bool { return true }, func(c *cdiv1.CDIConfig) string { return c.Name })
-	cfgObj.Spec.FeatureGates = []string{"HonorWaitForFirstConsumer"}
-	if err := k8sClient.Update(ctx, cfgObj); err != nil {
+	// The user's CDIConfig spec before any CDI resource exists (the
+	// controller writes its status meanwhile: retry on conflicts).
+	kit.Until(t, 30*time.Second, "CDIConfig config to be created", func() bool {
+		return k8sClient.Get(ctx, types.NamespacedName{Name: cdiv1.CDIConfigName}, &cdiv1.CDIConfig{}) == nil
+	})
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		c := &cdiv1.CDIConfig{}
+		if err := k8sClient.Get(ctx, types.NamespacedName{Name: cdiv1.CDIConfigName}, c); err != nil {
+			return err
+		}
+		c.Spec.FeatureGates = []string{"HonorWaitForFirstConsumer"}
+		return k8sClient.Update(ctx, c)
+	}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -235,9 +241,14 @@ func TestCDIResourceStatus(t *testing.T) {
 	waitCDI(t, "cdi", "to be healthy again", func(cr *cdiv1.CDI) bool { return conditionsAre(cr.Status) == "True/False/False" })
 
 	// 4. spec.config is the CDIConfig's spec from now on.
-	cr = waitCDI(t, "cdi", "read", func(*cdiv1.CDI) bool { return true })
-	cr.Spec.Config = &cdiv1.CDIConfigSpec{FeatureGates: []string{"DataVolumeClaimAdoption"}, InsecureRegistries: []string{"registry.test:5000"}}
-	if err := k8sClient.Update(ctx, cr); err != nil {
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cr := &cdiv1.CDI{}
+		if err := k8sClient.Get(ctx, types.NamespacedName{Name: "cdi"}, cr); err != nil {
+			return err
+		}
+		cr.Spec.Config = &cdiv1.CDIConfigSpec{FeatureGates: []string{"DataVolumeClaimAdoption"}, InsecureRegistries: []string{"registry.test:5000"}}
+		return k8sClient.Update(ctx, cr)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	kit.Eventually(t, 30*time.Second, 100*time.Millisecond, "CDIConfig spec to follow the CDI resource's spec.config", func() (bool, string, error) {
