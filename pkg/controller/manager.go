@@ -143,6 +143,11 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
 	if err := (&DataSourceReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("registering the DataSource controller: %w", err)
 	}
+	crons := &DataImportCronReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("dataimportcron-controller"),
+		Namespace: installNS, Image: opts.WorkerImage, PullPolicy: opts.WorkerPullPolicy}
+	if err := crons.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("registering the DataImportCron controller: %w", err)
+	}
 	uploadKind := &populators.UploadKind{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: installNS,
 		Image: opts.WorkerImage, PullPolicy: opts.WorkerPullPolicy}
 	snapshots, err := kindServed(mgr, volumeSnapshotGVK)
