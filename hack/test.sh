@@ -84,6 +84,9 @@ run_e2e() {
   # and stop (nothing left on the host), the dev CLI's up and down.
   go test -count=1 -timeout 20m ./tests/csi/... ./tests/cluster/...
   go test -count=1 -timeout 40m ./tests/e2e/...
+  # The install itself (manifests/ applied, every component a pod from the
+  # image) and a smoke set against it; a cluster of its own, after e2e's.
+  go test -count=1 -timeout 20m ./tests/installed/...
 }
 
 for s in "${stages[@]}"; do
