@@ -1,6 +1,7 @@
 package cloner
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -14,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -44,10 +46,12 @@ type Job struct {
 	MetricsAddr string
 	// OnMetrics, if set, is told the metrics address once it listens.
 	OnMetrics func(addr string)
-	// Attempts bounds the tries to reach the server before any byte is
-	// sent (it may not be listening yet); 5 if zero.
-	Attempts int
-	Log      logr.Logger
+	// RetryWindow bounds the time spent retrying a server that cannot be
+	// reached before any byte is sent: the source pod starts beside the
+	// upload pod, which may still be starting (pulling its image, say);
+	// DefaultRetryWindow if zero.
+	RetryWindow time.Duration
+	Log         logr.Logger
 }
 
 // JobFromEnv reads a job from CDI's cloner environment: VOLUME_MODE,
@@ -223,7 +227,7 @@ func uploadClient(job Job) (*http.Client, string, error) {
 	}
 	tr := &http.Transport{
 		Proxy:               nil, // a Service in the cluster: never through a proxy
-		DialContext:         (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:         dialWithAttemptTimeout,
 		TLSHandshakeTimeout: 30 * time.Second,
 		TLSClientConfig: &tls.Config{
 			MinVersion:   tls.VersionTLS12,
@@ -243,28 +247,68 @@ func uploadClient(job Job) (*http.Client, string, error) {
 // upload POSTs the stream, produced as the transport reads it (nothing is
 // buffered). A failure of the source aborts the request, so the server
 // sees a cut body, never a clean end. Attempts that fail before the first
-// byte is read (the server is not listening yet) are retried.
+// byte is read (the server is not listening yet) are retried, quickly at
+// first (see retryWait), for job.RetryWindow.
 func upload(ctx context.Context, client *http.Client, target string, job Job, progress func(done, total int64)) (Stats, error) {
-	attempts := job.Attempts
-	if attempts <= 0 {
-		// 0.25 s doubling to 16 s: about half a minute for the server to
-		// come up, and a quick first retry (the source pod may start
-		// before the upload server listens).
-		attempts = 8
+	window := job.RetryWindow
+	if window <= 0 {
+		window = DefaultRetryWindow
 	}
+	start, lastLog := time.Now(), time.Time{}
 	for i := 1; ; i++ {
-		st, started, err := uploadOnce(ctx, client, target, job.Source, progress)
-		if err == nil || started || !dialError(err) || i >= attempts || ctx.Err() != nil {
+		attempt := context.WithValue(ctx, dialTimeoutKey{}, dialTimeout(i))
+		st, started, err := uploadOnce(attempt, client, target, job.Source, progress)
+		wait := retryWait(i)
+		if err == nil || started || !dialError(err) || time.Since(start)+wait > window || ctx.Err() != nil {
 			return st, err
 		}
-		wait := time.Duration(1<<(i-1)) * 250 * time.Millisecond
-		job.Log.Info("the upload server is not reachable yet; retrying", "error", err.Error(), "in", wait.String())
+		if time.Since(lastLog) >= 10*time.Second {
+			lastLog = time.Now()
+			job.Log.Info("the upload server is not reachable yet; retrying", "error", err.Error(), "attempt", i, "every", wait.String())
+		}
 		select {
 		case <-ctx.Done():
 			return st, context.Cause(ctx)
 		case <-time.After(wait):
 		}
 	}
+}
+
+// dialTimeoutKey carries an attempt's dial timeout to the transport's dialer.
+type dialTimeoutKey struct{}
+
+// dialWithAttemptTimeout dials with the timeout of the attempt (see
+// dialTimeout), 30 s when none is set.
+func dialWithAttemptTimeout(ctx context.Context, network, addr string) (net.Conn, error) {
+	d := net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	if t, ok := ctx.Value(dialTimeoutKey{}).(time.Duration); ok {
+		d.Timeout = t
+	}
+	return d.DialContext(ctx, network, addr)
+}
+
+// dialTimeout is the n-th attempt's dial timeout: 1 s, then a second more
+// each time, up to 30 s. A Service address that the node has no rule for
+// yet (the Service was made moments ago) may leave the connection attempt
+// unanswered rather than refused: a short first timeout tries again soon,
+// while later attempts leave a slow network time to answer.
+func dialTimeout(n int) time.Duration {
+	return min(time.Duration(max(n, 1))*time.Second, 30*time.Second)
+}
+
+// DefaultRetryWindow is how long an upload server that cannot be reached
+// is retried: long enough for its pod to start, image pull included.
+const DefaultRetryWindow = 5 * time.Minute
+
+// retryWait is the wait after the n-th failed attempt to reach the server:
+// 50 ms, growing by half each time up to 2 s. The server usually starts
+// within a second of the source pod, so the first retries are quick.
+func retryWait(n int) time.Duration {
+	d := 50 * time.Millisecond
+	for i := 1; i < n && d < 2*time.Second; i++ {
+		d += d / 2
+	}
+	return min(d, 2*time.Second)
 }
 
 // dialError: the server could not be reached at all (not listening yet,
@@ -278,15 +322,102 @@ func dialError(err error) bool {
 	return errors.As(err, &dns)
 }
 
-// streamBody starts the producer on the first Read.
+// streamChunk is the size of the HTTP chunks the stream is sent in: the
+// transport flushes every chunk to the connection, so large chunks mean
+// few flushes and few TLS writes.
+const streamChunk = 1 << 20
+
+// streamBody produces the clone stream while the transport sends it:
+// written straight into the request's chunked writer when the transport
+// copies the body with WriteTo (net/http's does), else through a pipe as
+// it is read. Either way the producer starts with the first byte asked for.
 type streamBody struct {
-	pr    *io.PipeReader
-	start func()
-	once  sync.Once
+	ctx      context.Context
+	src      Source
+	progress func(done, total int64)
+
+	once    sync.Once
+	started atomic.Bool
+	done    chan streamResult // one result, once started
+	pr      *io.PipeReader
+	pw      *io.PipeWriter
 }
 
+type streamResult struct {
+	st Stats
+	// err is the producer's error; sinkErr, when set, says the request
+	// side failed first (the connection, or the request ended early), so
+	// err is not the source's fault.
+	err, sinkErr error
+}
+
+// sinkWriter records the first error of the request side.
+type sinkWriter struct {
+	w   io.Writer
+	n   int64
+	err error
+}
+
+func (s *sinkWriter) Write(p []byte) (int, error) {
+	n, err := s.w.Write(p)
+	s.n += int64(n)
+	if err != nil && s.err == nil {
+		s.err = err
+	}
+	return n, err
+}
+
+func newStreamBody(ctx context.Context, src Source, progress func(done, total int64)) *streamBody {
+	b := &streamBody{ctx: ctx, src: src, progress: progress, done: make(chan streamResult, 1)}
+	b.pr, b.pw = io.Pipe()
+	return b
+}
+
+// produce writes the whole stream to w, in streamChunk chunks.
+func (b *streamBody) produce(w io.Writer) streamResult {
+	sink := &sinkWriter{w: w}
+	bw := bufio.NewWriterSize(sink, streamChunk)
+	st, err := WriteStream(b.ctx, bw, b.src, b.progress)
+	if err == nil {
+		err = bw.Flush()
+	}
+	return streamResult{st: st, err: err, sinkErr: sink.err}
+}
+
+// WriteTo implements io.WriterTo: the transport's body copy.
+func (b *streamBody) WriteTo(w io.Writer) (int64, error) {
+	ran := false
+	var res streamResult
+	var n int64
+	b.once.Do(func() {
+		ran = true
+		b.started.Store(true)
+		sink := &sinkWriter{w: w}
+		res = b.produce(sink)
+		n = sink.n
+		b.done <- res
+	})
+	if !ran {
+		// Read came first: go on reading the pipe.
+		return io.Copy(w, onlyReader{b.pr})
+	}
+	return n, res.err
+}
+
+// onlyReader hides WriteTo, so io.Copy reads.
+type onlyReader struct{ r io.Reader }
+
+func (o onlyReader) Read(p []byte) (int, error) { return o.r.Read(p) }
+
 func (b *streamBody) Read(p []byte) (int, error) {
-	b.once.Do(b.start)
+	b.once.Do(func() {
+		b.started.Store(true)
+		go func() {
+			res := b.produce(b.pw)
+			b.pw.CloseWithError(res.err) // nil: a clean end of the body
+			b.done <- res
+		}()
+	})
 	return b.pr.Read(p)
 }
 
@@ -297,21 +428,7 @@ var errAborted = errors.New("the upload request ended before the stream")
 func uploadOnce(ctx context.Context, client *http.Client, target string, src Source, progress func(done, total int64)) (Stats, bool, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	pr, pw := io.Pipe()
-	type result struct {
-		st  Stats
-		err error
-	}
-	done := make(chan result, 1)
-	started := false
-	body := &streamBody{pr: pr, start: func() {
-		started = true
-		go func() {
-			st, err := WriteStream(ctx, pw, src, progress)
-			pw.CloseWithError(err) // nil: a clean end of the body
-			done <- result{st, err}
-		}()
-	}}
+	body := newStreamBody(ctx, src, progress)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, body)
 	if err != nil {
 		return Stats{}, false, err
@@ -331,18 +448,20 @@ func uploadOnce(ctx context.Context, client *http.Client, target string, src Sou
 		}
 	}
 	// The request is over: stop the producer if it still runs.
-	pr.CloseWithError(errAborted)
-	// started is written by the transport's goroutine before Do returns.
-	body.once.Do(func() {})
-	if !started {
-		return Stats{}, false, respErr
-	}
+	b := body
+	b.pr.CloseWithError(errAborted)
 	if respErr != nil {
 		cancel()
 	}
-	res := <-done
+	// Once Do has returned, the transport has either started the body or
+	// will never: claim it, so a late start cannot race this decision.
+	b.once.Do(func() {})
+	if !b.started.Load() {
+		return Stats{}, false, respErr
+	}
+	res := <-b.done
 	switch {
-	case res.err != nil && !errors.Is(res.err, errAborted) && !errors.Is(res.err, io.ErrClosedPipe) && !errors.Is(res.err, context.Canceled):
+	case res.err != nil && res.sinkErr == nil && !errors.Is(res.err, errAborted) && !errors.Is(res.err, io.ErrClosedPipe) && !errors.Is(res.err, context.Canceled):
 		return res.st, true, fmt.Errorf("reading the clone source: %w", res.err)
 	case respErr != nil:
 		return res.st, true, respErr

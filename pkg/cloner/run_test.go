@@ -168,3 +168,29 @@ func BenchmarkCloneTLS(b *testing.B) {
 	b.ReportMetric(cp.Seconds()/clone.Seconds(), "throughput-vs-cp+sync")
 	b.ReportMetric(float64(peakRSS())/MiB, "peak-RSS-MiB")
 }
+
+// TestRetryWait: quick first retries (the upload server usually listens
+// within a second of the source pod's start), then at most every 2 s.
+func TestRetryWait(t *testing.T) {
+	for n, want := range map[int]time.Duration{1: 50 * time.Millisecond, 2: 75 * time.Millisecond, 3: 112500 * time.Microsecond, 10: 1922167968 * time.Nanosecond, 11: 2 * time.Second, 40: 2 * time.Second} {
+		if got := retryWait(n); got != want {
+			t.Errorf("retryWait(%d) = %v, want %v", n, got, want)
+		}
+	}
+	var total time.Duration
+	for n := 1; n <= 10; n++ {
+		total += retryWait(n)
+	}
+	if total > 6*time.Second {
+		t.Errorf("the first 10 retries take %v; the server's start should be met within seconds", total)
+	}
+}
+
+// TestDialTimeout: a short first dial timeout, growing to 30 s.
+func TestDialTimeout(t *testing.T) {
+	for n, want := range map[int]time.Duration{0: time.Second, 1: time.Second, 2: 2 * time.Second, 29: 29 * time.Second, 30: 30 * time.Second, 100: 30 * time.Second} {
+		if got := dialTimeout(n); got != want {
+			t.Errorf("dialTimeout(%d) = %v, want %v", n, got, want)
+		}
+	}
+}
