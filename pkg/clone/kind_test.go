@@ -49,10 +49,10 @@ func TestNames(t *testing.T) {
 	if got := UploadClientName("golden", "src", "golden", "tmp-pvc-u1"); got != "golden/src-golden/tmp-pvc-u1" {
 		t.Error(got)
 	}
-	if got := UploadURL("10.244.1.7"); got != "https://10.244.1.7:8443/v1beta1/upload" {
+	if got := UploadURL("10.244.1.7"); got != "https://10.244.1.7:443/v1beta1/upload" {
 		t.Error(got)
 	}
-	if got := UploadURL("fd00::7"); got != "https://[fd00::7]:8443/v1beta1/upload" {
+	if got := UploadURL("fd00::7"); got != "https://[fd00::7]:443/v1beta1/upload" {
 		t.Error(got)
 	}
 	if got := UploadServerName("cdi-upload-tmp-pvc-u1", "golden"); got != "cdi-upload-tmp-pvc-u1.golden.svc" {

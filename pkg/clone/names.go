@@ -38,11 +38,11 @@ func UploadClientName(sourceNamespace, sourceName, uploadNamespace, uploadClaim 
 	return sourceNamespace + "/" + sourceName + "-" + uploadNamespace + "/" + uploadClaim
 }
 
-// UploadURL is where the source pod sends the stream: the upload pod's
-// address, so that a clone needs neither cluster DNS nor a Service proxy
-// (the pod's certificate is checked against UploadServerName).
-func UploadURL(podIP string) string {
-	return "https://" + net.JoinHostPort(podIP, strconv.Itoa(contract.UploadServerPort)) + contract.CloneUploadPath
+// UploadURL is where the source pod sends the stream: the upload
+// Service's cluster IP and port, so that a clone needs no cluster DNS (the
+// pod's certificate is checked against UploadServerName).
+func UploadURL(serviceIP string) string {
+	return "https://" + net.JoinHostPort(serviceIP, strconv.Itoa(contract.UploadServicePort)) + contract.CloneUploadPath
 }
 
 // UploadServerName is the name on the upload pod's serving certificate:

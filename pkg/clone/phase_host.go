@@ -39,7 +39,7 @@ func newHostClonePhase(r *run) *hostClonePhase {
 	upload.StateKey = "upload"
 	return &hostClonePhase{
 		run:     r,
-		serving: &populators.UploadServing{Client: k.Client, Reader: k.Reader, Namespace: k.Namespace},
+		serving: &populators.UploadServing{Client: k.Client, Reader: k.Reader, Namespace: k.Namespace, PublishNotReady: true},
 		upload:  upload,
 		source: &populators.WorkerPhase{Client: k.Client, Worker: &sourceWorker{run: r}, Image: k.Image, PullPolicy: k.PullPolicy,
 			StateKey: "source", Retry: populators.RetryPolicy{MaxRetries: 3, Backoff: 10 * time.Second}},
@@ -62,11 +62,13 @@ func (p *hostClonePhase) Reconcile(ctx context.Context, f *populators.Flow) (pop
 	if err != nil || up.Done {
 		return up, err
 	}
-	// The source pod starts as soon as the upload pod runs and has an
-	// address, not once its readiness probe has passed: the two pods start
-	// side by side, and the cloner retries a refused dial while the server
-	// comes up (a pod start and a probe period less per clone).
-	if up.Pod == nil || up.Pod.Phase != corev1.PodRunning || !uploadPodAddressed(ctx, p.run.k.Client, f.Prime) {
+	// The source pod starts as soon as the upload pod exists: the two pods
+	// start side by side. The source pod dials the upload Service, whose
+	// address exists before the upload pod does and which publishes the
+	// pod as soon as it has an address (sourceWorker.uploadURL); the
+	// cloner retries a refused dial while the server comes up. A pod start
+	// and a probe period less per clone.
+	if up.Pod == nil || (up.Pod.Phase != corev1.PodPending && up.Pod.Phase != corev1.PodRunning) || up.Reason == reasonWorkerRetrying || up.Reason == reasonWorkerBackoff {
 		if up.Reason == "" {
 			up.Reason, up.Message = "Pending", "waiting for the clone's upload server to start"
 		}
@@ -102,16 +104,6 @@ func (p *hostClonePhase) Reconcile(ctx context.Context, f *populators.Flow) (pop
 		}
 	}
 	return betweenAttempts(src, lastFailure), nil
-}
-
-// uploadPodAddressed reports whether the clone's upload pod has an address
-// the source pod can dial.
-func uploadPodAddressed(ctx context.Context, c client.Client, prime *corev1.PersistentVolumeClaim) bool {
-	pod := &corev1.Pod{}
-	if err := c.Get(ctx, types.NamespacedName{Namespace: prime.Namespace, Name: cdiv1.UploadPodName(prime.Name)}, pod); err != nil {
-		return false
-	}
-	return pod.Status.PodIP != "" && pod.DeletionTimestamp == nil
 }
 
 // annSourceFailure on a host-assisted clone's prime is the last failure of
@@ -226,16 +218,10 @@ func (w *sourceWorker) WorkerSpec(ctx context.Context, f *populators.Flow, confi
 	if err := w.ensureClientCert(ctx, f, name); err != nil {
 		return populators.WorkerSpec{}, err
 	}
-	// The source pod dials the upload pod itself: no cluster DNS or Service
-	// proxy is needed. A replaced upload pod fails the stream, and the
-	// source pod that replaces this one reads the new address.
-	uploadPod := &corev1.Pod{}
 	uploadName := cdiv1.UploadPodName(f.Prime.Name)
-	if err := w.run.k.Client.Get(ctx, types.NamespacedName{Namespace: f.Prime.Namespace, Name: uploadName}, uploadPod); err != nil {
-		return populators.WorkerSpec{}, fmt.Errorf("reading the clone's upload pod %s: %w", uploadName, err)
-	}
-	if uploadPod.Status.PodIP == "" {
-		return populators.WorkerSpec{}, fmt.Errorf("the clone's upload pod %s has no address yet", uploadName)
+	uploadURL, err := w.uploadURL(ctx, f.Prime.Namespace, uploadName)
+	if err != nil {
+		return populators.WorkerSpec{}, err
 	}
 	block := volumeMode(src.Spec.VolumeMode) == corev1.PersistentVolumeBlock
 	mount := sourceMountPoint
@@ -257,7 +243,7 @@ func (w *sourceWorker) WorkerSpec(ctx context.Context, f *populators.Flow, confi
 			Env: []corev1.EnvVar{
 				{Name: envVolumeMode, Value: volumeModeEnv(src)},
 				{Name: envMountPoint, Value: mount},
-				{Name: envUploadURL, Value: UploadURL(uploadPod.Status.PodIP)},
+				{Name: envUploadURL, Value: uploadURL},
 				{Name: envUploadServerName, Value: UploadServerName(uploadName, f.Prime.Namespace)},
 				{Name: envOwnerUID, Value: string(f.Target.UID)},
 				{Name: envPreallocation, Value: strconv.FormatBool(prealloc)},
@@ -269,6 +255,32 @@ func (w *sourceWorker) WorkerSpec(ctx context.Context, f *populators.Flow, confi
 		Data:      &populators.DataClaim{Name: src.Name, Block: block, MountPath: sourceMountPoint, ReadOnly: true},
 		NoScratch: true,
 	}, nil
+}
+
+// uploadURL is where the source pod sends the stream: the upload
+// Service's cluster IP, which exists as soon as the Service does (before the
+// upload pod), so both pods start at once; the certificate is checked
+// against the Service's name (UploadServerName), no cluster DNS is needed.
+// The Service publishes its pod once the pod has an address rather than
+// once its readiness probe passed (UploadServing.PublishNotReady): the
+// cloner retries a refused dial until the server listens, and a replaced
+// upload pod is reached at the same address. Read uncached: the Service was
+// made moments ago, in this reconcile or the last.
+func (w *sourceWorker) uploadURL(ctx context.Context, namespace, name string) (string, error) {
+	k := w.run.k
+	reader := k.Reader
+	if reader == nil {
+		reader = k.Client
+	}
+	svc := &corev1.Service{}
+	if err := reader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, svc); err != nil {
+		return "", fmt.Errorf("reading the clone's upload Service %s/%s: %w", namespace, name, err)
+	}
+	ip := svc.Spec.ClusterIP
+	if ip == "" || ip == corev1.ClusterIPNone {
+		return "", fmt.Errorf("the clone's upload Service %s/%s has no cluster IP", namespace, name)
+	}
+	return UploadURL(ip), nil
 }
 
 // ensureClientCert makes the source pod's client certificate Secret, named

@@ -111,6 +111,7 @@ func (p *UploadServing) ensureServing(ctx context.Context, target, prime *corev1
 			Selector: map[string]string{LabelUploadTarget: prime.Name},
 			Ports: []corev1.ServicePort{{Name: "uploadserver", Protocol: corev1.ProtocolTCP, Port: contract.UploadServicePort,
 				TargetPort: intstr.FromInt32(contract.UploadServerPort)}},
+			PublishNotReadyAddresses: p.PublishNotReady,
 		},
 	}
 	if err := k.Client.Create(ctx, svc); err != nil && !apierrors.IsAlreadyExists(err) {

@@ -235,6 +235,10 @@ type UploadServing struct {
 	Reader client.Reader
 	// Namespace is the controller's install namespace, where the CAs live.
 	Namespace string
+	// PublishNotReady makes the Service route to the upload pod as soon as
+	// it has an address, before its readiness probe passes (a clone's
+	// source pod, started beside it, retries until the server listens).
+	PublishNotReady bool
 }
 
 // Name implements Phase.

@@ -188,9 +188,18 @@ func TestCloneCopySameNamespace(t *testing.T) {
 	if c.Name != "cdi-clone-source" || strings.Join(c.Command, " ") != "kubefill cloner" || c.Image != "kubefill/kubefill:test" {
 		t.Errorf("source container %s %v %s", c.Name, c.Command, c.Image)
 	}
+	// The source pod dials the upload Service, which routes to the upload
+	// pod as soon as it has an address, ready or not.
+	svc := &corev1.Service{}
+	if err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: uploadName}, svc); err != nil {
+		t.Fatal(err)
+	}
+	if !svc.Spec.PublishNotReadyAddresses || svc.Spec.ClusterIP == "" {
+		t.Errorf("upload Service %s: cluster IP %q, publishNotReadyAddresses %v; want an address, and true", uploadName, svc.Spec.ClusterIP, svc.Spec.PublishNotReadyAddresses)
+	}
 	for env, want := range map[string]string{
 		"VOLUME_MODE": "filesystem", "MOUNT_POINT": "/var/run/cdi/clone/source", "OWNER_UID": string(target.UID),
-		"UPLOAD_URL": "https://10.244.9.7:8443/v1beta1/upload", "UPLOAD_SERVER_NAME": uploadName + "." + ns + ".svc", "PREALLOCATION": "false",
+		"UPLOAD_URL": "https://" + svc.Spec.ClusterIP + ":443/v1beta1/upload", "UPLOAD_SERVER_NAME": uploadName + "." + ns + ".svc", "PREALLOCATION": "false",
 	} {
 		if got := envValue(c, env); got != want {
 			t.Errorf("source pod %s=%q, want %q", env, got, want)
