@@ -3,6 +3,7 @@ package populators
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -36,9 +37,15 @@ func (p *PrimePhase) Reconcile(ctx context.Context, f *Flow) (Result, error) {
 			}
 		}
 		if err := f.Client.Create(ctx, prime); err != nil && !apierrors.IsAlreadyExists(err) {
+			if q, ok := ParseQuotaExceeded(err); ok {
+				// Nothing was made: the claim waits, and goes on by itself
+				// once the quota has room (raised, or storage freed).
+				return Result{Reason: ReasonExceededQuota, Event: corev1.EventTypeWarning, RetryAfter: quotaRetry,
+					Message: q.Explain(prime, f.Target)}, nil
+			}
 			if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
-				// A quota or a policy refused it: the user can fix that.
-				return Result{Reason: "ErrCreatingPrime", Event: corev1.EventTypeWarning, RetryAfter: 30 * time.Second,
+				// A policy refused it: the user can fix that.
+				return Result{Reason: ReasonErrCreatingPVCPrime, Event: corev1.EventTypeWarning, RetryAfter: 30 * time.Second,
 					Message: fmt.Sprintf("cannot create the temporary claim %s/%s: %v", prime.Namespace, prime.Name, err)}, nil
 			}
 			return Result{}, fmt.Errorf("creating prime %s: %w", prime.Name, err)
@@ -66,4 +73,59 @@ func newPrimeIn(target *corev1.PersistentVolumeClaim, kind, namespace string) *c
 		prime.Annotations[annTargetName] = targetRef(target.Namespace, target.Name, namespace)
 	}
 	return prime
+}
+
+// Reasons of a prime that cannot be created, CDI's: ErrExceededQuota is
+// what CDI reports for a claim a ResourceQuota refuses (and KubeVirt treats
+// as an error), ErrCreatingPVCPrime its populators' event for any other
+// refusal.
+const (
+	ReasonExceededQuota       = "ErrExceededQuota"
+	ReasonErrCreatingPVCPrime = "ErrCreatingPVCPrime"
+)
+
+// quotaRetry is how soon a claim refused by a quota tries again.
+const quotaRetry = 15 * time.Second
+
+// QuotaExceeded is kube-apiserver's refusal by a ResourceQuota:
+// "exceeded quota: <name>, requested: <list>, used: <list>, limited: <list>".
+type QuotaExceeded struct {
+	Quota                    string
+	Requested, Used, Limited string
+}
+
+// ParseQuotaExceeded recognises a create refused by a ResourceQuota. It is
+// pure.
+func ParseQuotaExceeded(err error) (*QuotaExceeded, bool) {
+	if err == nil || !apierrors.IsForbidden(err) {
+		return nil, false
+	}
+	msg := err.Error()
+	_, rest, ok := strings.Cut(msg, "exceeded quota: ")
+	if !ok {
+		return nil, false
+	}
+	q := &QuotaExceeded{}
+	q.Quota, rest, _ = strings.Cut(rest, ", requested: ")
+	q.Requested, rest, _ = strings.Cut(rest, ", used: ")
+	q.Used, q.Limited, _ = strings.Cut(rest, ", limited: ")
+	if q.Quota == "" {
+		return nil, false
+	}
+	return q, true
+}
+
+// Explain says which quota refused the prime and what to do, in the words
+// of the user's claim.
+func (q *QuotaExceeded) Explain(prime, target *corev1.PersistentVolumeClaim) string {
+	msg := fmt.Sprintf("exceeded quota: %s: the ResourceQuota %s in namespace %s has no room for the temporary claim %s that fills %s", q.Quota, q.Quota, prime.Namespace, prime.Name, target.Name)
+	if q.Requested != "" {
+		msg += fmt.Sprintf(" (requested %s, used %s, limited %s)", q.Requested, q.Used, q.Limited)
+	}
+	if prime.Namespace == target.Namespace {
+		msg += "; while it is filled, the claim's size counts twice against the quota"
+	} else {
+		msg += "; it lives next to the clone's source and counts against that namespace's quota"
+	}
+	return msg + ". Nothing was created; this goes on by itself once the quota has room (raise it or free storage)"
 }
