@@ -1,12 +1,16 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +19,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 	"github.com/kubefill/kubefill/tests/csi/hostpath"
@@ -38,7 +44,10 @@ import (
 //     clones (goal under 64 MiB each).
 //
 // It prints the figures and fails only when a clone fails or its bytes
-// differ; the ratios are for the reader.
+// differ; the ratios are for the reader. Each host-assisted clone's
+// timeline (cloneTimeline: the DataVolume's phases, the claims, the worker
+// pods' creation, start and readiness, their log lines) is logged too,
+// to show where the time goes.
 func TestCloneBenchmark(t *testing.T) {
 	if os.Getenv("KUBEFILL_BENCH_CLONE") == "" {
 		t.Skip("a benchmark: set KUBEFILL_BENCH_CLONE=1 (make bench-clone)")
@@ -89,8 +98,11 @@ func TestCloneBenchmark(t *testing.T) {
 			hostRun(t, "sync")
 			dv := kit.DataVolume(dstNs, "copy-"+c.name, pvcSource(srcNs, "golden-"+c.name), kit.WithPVC(cloneSpec(copyClass, c.size, false)))
 			mem := sampleRSS("cloner", "uploadserver")
-			took := s.timeClone(t, dv, srcNs)
+			tl, stopTimeline := s.watchClone(t, dstNs, srcNs)
+			took := s.timeClone(t, dv, srcNs, tl.setStart)
 			peaks := mem()
+			stopTimeline()
+			t.Logf("timeline of the %s host-assisted clone (from the DataVolume's creation):\n  %s", c.name, strings.Join(tl.lines(), "\n  "))
 			times[i] = took
 			say("host-assisted clone, %s virtual, 1 GiB data: %s; cp --sparse=always + fsync of the same disk.img: %s; ratio cp/clone %.2f (goal ≥ 0.7)",
 				strings.ToUpper(c.name[:len(c.name)-1])+" GiB", took.Round(time.Millisecond), cpTime.Round(time.Millisecond), cpTime.Seconds()/took.Seconds())
@@ -165,9 +177,12 @@ func (s *cloneStack) claimDir(t *testing.T, ns, name string) string {
 
 // timeClone creates a clone DataVolume and returns how long it took to be
 // Succeeded, polled every 50 ms.
-func (s *cloneStack) timeClone(t *testing.T, dv *cdiv1.DataVolume, srcNs string) time.Duration {
+func (s *cloneStack) timeClone(t *testing.T, dv *cdiv1.DataVolume, srcNs string, started ...func(time.Time)) time.Duration {
 	t.Helper()
 	start := time.Now()
+	for _, f := range started {
+		f(start)
+	}
 	s.create(t, dv)
 	var took time.Duration
 	kit.Eventually(t, 5*time.Minute, 50*time.Millisecond, "clone "+dv.Namespace+"/"+dv.Name+" to succeed", func() (bool, string, error) {
@@ -220,11 +235,19 @@ func sampleRSS(subcommands ...string) func() map[string]int64 {
 	peaks := map[string]int64{}
 	var mu sync.Mutex
 	wg.Add(1)
+	pids := map[string]int{}
 	go func() {
 		defer wg.Done()
 		for {
 			for _, sc := range subcommands {
-				if v := processPeakRSS(findProcess(sc)); v > 0 {
+				// A pid once found is read until it is gone: scanning /proc
+				// every 50 ms would take CPU from the clone being measured.
+				v := processPeakRSS(pids[sc])
+				if v == 0 {
+					pids[sc] = findProcess(sc)
+					v = processPeakRSS(pids[sc])
+				}
+				if v > 0 {
 					mu.Lock()
 					peaks[sc] = max(peaks[sc], v)
 					mu.Unlock()
@@ -289,4 +312,207 @@ func driverTime(t *testing.T, offset int64) (time.Duration, string) {
 		}
 	}
 	return total, fmt.Sprintf("%d CreateSnapshot and %d CreateVolume calls", n["CreateSnapshot"], n["CreateVolume"])
+}
+
+// cloneTimeline records, relative to a clone's start, when each object of
+// one clone changed state as seen through watches (the DataVolume's phase,
+// the claims' creation, binding and clonePhase, the worker pods' creation,
+// scheduling, address, phase and readiness, the kubelet's events on them),
+// plus the workers' own log lines with their runtime timestamps: where a
+// clone's time goes. The watches only read; the clone is not slowed.
+type cloneTimeline struct {
+	start time.Time
+	mu    sync.Mutex
+	marks []timelineMark
+	seen  map[string]bool
+}
+
+type timelineMark struct {
+	at   time.Time
+	what string
+}
+
+func (tl *cloneTimeline) mark(at time.Time, key, what string) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	if key != "" {
+		if tl.seen[key] {
+			return
+		}
+		tl.seen[key] = true
+	}
+	tl.marks = append(tl.marks, timelineMark{at: at, what: what})
+}
+
+// setStart sets the instant the offsets count from.
+func (tl *cloneTimeline) setStart(at time.Time) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	tl.start = at
+}
+
+// lines are the marks in time order.
+func (tl *cloneTimeline) lines() []string {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	marks := slices.Clone(tl.marks)
+	sort.SliceStable(marks, func(i, j int) bool { return marks[i].at.Before(marks[j].at) })
+	out := make([]string, 0, len(marks))
+	for _, m := range marks {
+		out = append(out, fmt.Sprintf("%+8.3fs  %s", m.at.Sub(tl.start).Seconds(), m.what))
+	}
+	return out
+}
+
+// watchClone starts recording the timeline of the clone about to be made
+// in dstNs from srcNs; stop ends it.
+func (s *cloneStack) watchClone(t *testing.T, dstNs, srcNs string) (tl *cloneTimeline, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	tl = &cloneTimeline{start: time.Now(), seen: map[string]bool{}}
+	wc, err := client.NewWithWatch(cl.Config, client.Options{Scheme: s.c.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	follow := func(list client.ObjectList, ns string, on func(obj client.Object, deleted bool)) {
+		// From now on: the objects of earlier clones are not this one's.
+		if err := wc.List(ctx, list, client.InNamespace(ns)); err != nil {
+			t.Fatalf("listing %T in %s: %v", list, ns, err)
+		}
+		w, err := wc.Watch(ctx, list, client.InNamespace(ns), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.(metav1.ListInterface).GetResourceVersion()}})
+		if err != nil {
+			t.Fatalf("watching %T in %s: %v", list, ns, err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer w.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case ev, ok := <-w.ResultChan():
+					if !ok {
+						return
+					}
+					if obj, isObj := ev.Object.(client.Object); isObj {
+						on(obj, ev.Type == watch.Deleted)
+					}
+				}
+			}
+		}()
+	}
+	follow(&cdiv1.DataVolumeList{}, dstNs, func(obj client.Object, deleted bool) {
+		dv := obj.(*cdiv1.DataVolume)
+		now := time.Now()
+		tl.mark(now, "dv "+string(dv.Status.Phase), fmt.Sprintf("DataVolume %s phase %q %s", dv.Name, dv.Status.Phase, dv.Status.Progress))
+	})
+	claim := func(obj client.Object, deleted bool) {
+		pvc := obj.(*corev1.PersistentVolumeClaim)
+		if pvc.Labels[cdiv1.LabelOwnedByUID] == "" && pvc.Namespace == srcNs {
+			return // a source
+		}
+		now, n := time.Now(), pvc.Namespace+"/"+pvc.Name
+		tl.mark(now, "pvc "+n, "claim "+n+" created")
+		if pvc.Status.Phase == corev1.ClaimBound {
+			tl.mark(now, "pvc bound "+n, "claim "+n+" Bound to "+pvc.Spec.VolumeName)
+		}
+		if p := pvc.Annotations[cdiv1.AnnClonePhase]; p != "" {
+			tl.mark(now, "pvc phase "+n+p, "claim "+n+" clonePhase "+p)
+		}
+		if deleted {
+			tl.mark(now, "pvc deleted "+n, "claim "+n+" deleted")
+		}
+	}
+	follow(&corev1.PersistentVolumeClaimList{}, dstNs, claim)
+	follow(&corev1.PersistentVolumeClaimList{}, srcNs, claim)
+	follow(&corev1.PodList{}, srcNs, func(obj client.Object, deleted bool) {
+		pod := obj.(*corev1.Pod)
+		if pod.Labels[cdiv1.LabelOwnedByUID] == "" {
+			return
+		}
+		now, n := time.Now(), "pod "+pod.Name
+		tl.mark(now, n, n+" created")
+		if pod.Spec.NodeName != "" {
+			tl.mark(now, n+" scheduled", n+" scheduled")
+		}
+		if pod.Status.PodIP != "" {
+			tl.mark(now, n+" ip", n+" has address "+pod.Status.PodIP)
+		}
+		tl.mark(now, n+" "+string(pod.Status.Phase), n+" "+string(pod.Status.Phase))
+		for _, c := range pod.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				tl.mark(now, n+" ready", n+" Ready")
+			}
+		}
+		if pod.Status.Phase == corev1.PodRunning && tl.claimLogs(n) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				tl.followLogs(ctx, pod.Namespace, pod.Name)
+			}()
+		}
+		if deleted {
+			tl.mark(now, n+" deleted", n+" deleted")
+		}
+	})
+	follow(&corev1.EventList{}, srcNs, func(obj client.Object, _ bool) {
+		ev := obj.(*corev1.Event)
+		if ev.InvolvedObject.Kind == "Pod" && ev.Source.Component != "" {
+			tl.mark(time.Now(), "ev "+ev.InvolvedObject.Name+ev.Reason, fmt.Sprintf("event %s on pod %s (%s)", ev.Reason, ev.InvolvedObject.Name, ev.Source.Component))
+		}
+	})
+	return tl, func() {
+		cancel()
+		wg.Wait()
+	}
+}
+
+// claimLogs reports whether the logs of the named pod are not followed yet.
+func (tl *cloneTimeline) claimLogs(name string) bool {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	if tl.seen["logs "+name] {
+		return false
+	}
+	tl.seen["logs "+name] = true
+	return true
+}
+
+// followLogs marks each log line of a worker with the time the runtime
+// stamped it.
+func (tl *cloneTimeline) followLogs(ctx context.Context, ns, name string) {
+	rc, err := cl.Client.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{Follow: true, Timestamps: true}).Stream(ctx)
+	if err != nil {
+		return
+	}
+	defer rc.Close()
+	sc := bufio.NewScanner(rc)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		stamp, line, ok := strings.Cut(sc.Text(), " ")
+		at, err := time.Parse(time.RFC3339Nano, stamp)
+		if !ok || err != nil {
+			continue
+		}
+		if msg := logMessage(line); msg != "" {
+			tl.mark(at, "", name+" log: "+msg)
+		}
+	}
+}
+
+// logMessage is a worker log line's message and its timing fields.
+func logMessage(line string) string {
+	var rec map[string]any
+	if json.Unmarshal([]byte(line), &rec) != nil {
+		return strings.TrimSpace(line)
+	}
+	msg := fmt.Sprint(rec["msg"])
+	for _, k := range []string{"took", "seconds", "in", "error"} {
+		if v, ok := rec[k]; ok {
+			msg += fmt.Sprintf(" %s=%v", k, v)
+		}
+	}
+	return msg
 }
