@@ -61,6 +61,10 @@ func ComputeStatus(dv *cdiv1.DataVolume, view ClaimView) cdiv1.DataVolumeStatus 
 				status = corev1.ConditionTrue
 			}
 			running = condition(cdiv1.DataVolumeRunning, status, ann[cdiv1.AnnRunningConditionReason], ann[cdiv1.AnnRunningConditionMessage])
+			if running.Reason == reasonExceededQuota && pvc.Status.Phase != corev1.ClaimBound {
+				// KubeVirt reads a quota refusal in the Bound condition, as CDI reports it.
+				bound.Reason, bound.Message = reasonExceededQuota, running.Message
+			}
 		}
 		kind := reportingKindOf(dv)
 		populated := ann[cdiv1.AnnPopulatedFor] == pvc.Name || ann[cdiv1.AnnPrePopulated] == dv.Name ||
@@ -93,6 +97,9 @@ func ComputeStatus(dv *cdiv1.DataVolume, view ClaimView) cdiv1.DataVolumeStatus 
 	st.Conditions = []cdiv1.DataVolumeCondition{bound, running, ready}
 	return st
 }
+
+// reasonExceededQuota is CDI's reason for a claim a ResourceQuota refuses.
+const reasonExceededQuota = "ErrExceededQuota"
 
 func condition(t cdiv1.DataVolumeConditionType, s corev1.ConditionStatus, reason, message string) cdiv1.DataVolumeCondition {
 	return cdiv1.DataVolumeCondition{Type: t, Status: s, Reason: reason, Message: message}

@@ -120,6 +120,10 @@ func TestQuotaRefusingThePrime(t *testing.T) {
 		func(d *cdiv1.DataVolume) string {
 			return fmt.Sprintf("phase %s, conditions %+v", d.Status.Phase, d.Status.Conditions)
 		})
+	// KubeVirt's VM controller reads the refusal in Bound, as CDI puts it.
+	if b := kit.DataVolumeCondition(got, cdiv1.DataVolumeBound); b.Reason != "ErrExceededQuota" || !strings.Contains(b.Message, "exceeded quota: storage") {
+		t.Errorf("Bound condition %+v", b)
+	}
 	if got.Status.Phase == cdiv1.Succeeded || got.Status.Phase == cdiv1.Failed {
 		t.Errorf("phase %s while the quota refuses the prime", got.Status.Phase)
 	}
