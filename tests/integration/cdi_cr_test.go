@@ -109,9 +109,9 @@ func crReadyGauge(t *testing.T) float64 {
 // serveCDIValidate serves the cdi-validate webhook on loopback with a test
 // certificate and registers it with kube-apiserver as manifests/install does
 // (DELETE of cdis), until the test ends.
-func serveCDIValidate(t *testing.T) {
+func serveCDIValidate(t *testing.T, c client.Client) {
 	t.Helper()
-	srv := httptest.NewUnstartedServer(admission.Handler("cdi-validate", (&admission.CDIValidator{Client: k8sClient}).Admit))
+	srv := httptest.NewUnstartedServer(admission.Handler("cdi-validate", (&admission.CDIValidator{Client: c}).Admit))
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
 	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
@@ -140,20 +140,37 @@ func serveCDIValidate(t *testing.T) {
 // namespace's Deployments are ready, then Deployed with CDI's conditions and
 // versions, Degraded while one is unready, a second resource in Error, the
 // configAuthority hand-over of spec.config, and uninstallStrategy
-// BlockUninstallIfWorkloadsExist enforced by the real webhook.
+// BlockUninstallIfWorkloadsExist enforced by the real webhook. The
+// controller runs as the install's ServiceAccount and the webhook reads as
+// the API server's, with manifests/install's RBAC: neither is refused anything.
 func TestCDIResourceStatus(t *testing.T) {
 	envCfg, envClient := startOwnControlPlane(t, ownEnvironment(t), "the CDI resource's control plane")
 	useControlPlane(t, envCfg, envClient)
 	ctx := context.Background()
-	installNS := newNamespace(t)
+	if err := doApplyInstall(); err != nil {
+		t.Fatalf("installing manifests/install's namespace and RBAC: %v", err)
+	}
+	installNS := installNamespace
 	for _, name := range []string{"kubefill-controller", "kubefill-api"} {
 		if err := k8sClient.Create(ctx, operandDeployment(installNS, name)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	serveCDIValidate(t)
-	runManager(t, controller.ManagerOptions{MetricsBindAddress: "0", HealthProbeBindAddress: "0", WorkerImage: "kubefill/kubefill:test",
-		InstallNamespace: installNS, Version: cdiTestVersion})
+	apiRec := &forbiddenLog{}
+	apiClient, err := client.New(impersonating(apiserverSA, apiRec), client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveCDIValidate(t, apiClient)
+	t.Cleanup(func() { assertNoForbidden(t, "the API server's ServiceAccount (cdi-validate)", apiRec) })
+	ctrlRec := &forbiddenLog{}
+	mgr, err := controller.NewManager(impersonating(controllerSA, ctrlRec), controller.ManagerOptions{MetricsBindAddress: "0", HealthProbeBindAddress: "0",
+		WorkerImage: "kubefill/kubefill:test", InstallNamespace: installNS, Version: cdiTestVersion, SkipNameValidation: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { assertNoForbidden(t, "the controller's ServiceAccount", ctrlRec) })
+	startUntilCleanup(t, mgr)
 
 	// The user's CDIConfig spec before any CDI resource exists (the
 	// controller writes its status meanwhile: retry on conflicts).
@@ -290,7 +307,7 @@ func TestCDIResourceStatus(t *testing.T) {
 	if err := k8sClient.Create(ctx, cron); err != nil {
 		t.Fatal(err)
 	}
-	err := k8sClient.Delete(ctx, &cdiv1.CDI{ObjectMeta: metav1.ObjectMeta{Name: "cdi"}})
+	err = k8sClient.Delete(ctx, &cdiv1.CDI{ObjectMeta: metav1.ObjectMeta{Name: "cdi"}})
 	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "rejecting the uninstall request, since there are still 1 DataVolumes present") {
 		t.Fatalf("deleting the CDI resource with a DataVolume present: got %v, want CDI's refusal", err)
 	}
