@@ -113,13 +113,18 @@ func TestMergeConditionsKeepsTimesWhenNothingChanged(t *testing.T) {
 }
 
 func TestCountPending(t *testing.T) {
+	class := "fast"
+	named := &cdiv1.StorageSpec{StorageClassName: &class}
 	dvs := []cdiv1.DataVolume{
 		{Status: cdiv1.DataVolumeStatus{Phase: cdiv1.Pending}},
 		{Status: cdiv1.DataVolumeStatus{Phase: cdiv1.ImportInProgress}},
-		{Status: cdiv1.DataVolumeStatus{Phase: cdiv1.Pending}},
+		{Status: cdiv1.DataVolumeStatus{Phase: cdiv1.Pending}, Spec: cdiv1.DataVolumeSpec{Storage: &cdiv1.StorageSpec{}}},
 		{},
+		// Waiting on a class it names, not on the default: not counted, as in CDI.
+		{Status: cdiv1.DataVolumeStatus{Phase: cdiv1.Pending}, Spec: cdiv1.DataVolumeSpec{Storage: named}},
+		{Status: cdiv1.DataVolumeStatus{Phase: cdiv1.Pending}, Spec: cdiv1.DataVolumeSpec{PVC: &corev1.PersistentVolumeClaimSpec{StorageClassName: &class}}},
 	}
-	if n := CountPending(dvs); n != 2 {
-		t.Errorf("CountPending = %d, want 2", n)
+	if n := CountPending(dvs); n != 3 {
+		t.Errorf("CountPending = %d, want 3 (Pending or unset, on the default class)", n)
 	}
 }

@@ -31,13 +31,26 @@ func (p pendingCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(pendingDesc, prometheus.GaugeValue, float64(CountPending(list.Items)))
 }
 
-// CountPending counts the DataVolumes in phase Pending.
+// CountPending counts the DataVolumes waiting on the default storage class,
+// as CDI does: in phase Pending or with no phase yet, and naming no class
+// in spec.pvc or spec.storage (an explicit "" names none, but is a choice).
 func CountPending(dvs []cdiv1.DataVolume) int {
 	n := 0
 	for _, dv := range dvs {
-		if dv.Status.Phase == cdiv1.Pending {
+		if (dv.Status.Phase == cdiv1.Pending || dv.Status.Phase == "") && usesDefaultClass(&dv) {
 			n++
 		}
 	}
 	return n
+}
+
+// usesDefaultClass says whether a DataVolume's spec leaves the class to the default.
+func usesDefaultClass(dv *cdiv1.DataVolume) bool {
+	switch {
+	case dv.Spec.PVC != nil:
+		return dv.Spec.PVC.StorageClassName == nil
+	case dv.Spec.Storage != nil:
+		return dv.Spec.Storage.StorageClassName == nil
+	}
+	return true
 }
