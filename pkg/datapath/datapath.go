@@ -24,6 +24,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -638,7 +639,7 @@ func importViaScratch(ctx context.Context, in, outer io.Reader, hasher hash.Hash
 	abs, _ := filepath.Abs(scratch)
 	if res.Format == format.Qcow2 {
 		// Our own reader: no qemu-img involved, and the same safety checks.
-		res2, err := importQcow2Ranged(ctx, &source.File{Path: abs}, mustHeader(abs), Options{
+		res2, err := importQcow2Ranged(ctx, scratchCopy{&source.File{Path: abs}}, mustHeader(abs), Options{
 			Path: opt.Path, Block: opt.Block, Size: opt.Size, Preallocate: opt.Preallocate, Log: opt.Log,
 		}, res)
 		if err != nil {
@@ -649,7 +650,7 @@ func importViaScratch(ctx context.Context, in, outer io.Reader, hasher hash.Hash
 	}
 	info, err := convert.QueryInfo(ctx, abs, qfmt)
 	if err != nil {
-		return nil, err
+		return nil, unnamePath(err, abs, scratchCopyName)
 	}
 	if opt.Size > 0 && info.VirtualSize > opt.Size {
 		return nil, tooSmall(res.Format, info.VirtualSize, opt.Size)
@@ -660,7 +661,7 @@ func importViaScratch(ctx context.Context, in, outer io.Reader, hasher hash.Hash
 		}
 	}
 	if err := convert.ToRaw(ctx, abs, qfmt, opt.Path, opt.Block); err != nil {
-		return nil, err
+		return nil, unnamePath(unnamePath(err, abs, scratchCopyName), opt.Path, "the target")
 	}
 	tgt, err := openTarget(opt, true)
 	if err != nil {
@@ -669,6 +670,32 @@ func importViaScratch(ctx context.Context, in, outer io.Reader, hasher hash.Hash
 	defer tgt.Close()
 	res.Method, res.VirtualSize = "qemu-img", info.VirtualSize
 	return finish(tgt, opt, res)
+}
+
+// scratchCopyName is how messages call the spooled copy of an image: its
+// temporary path means nothing to the user who gave the URL.
+const scratchCopyName = "the downloaded copy of the image"
+
+// scratchCopy is the spooled image as a source, named for messages.
+type scratchCopy struct{ *source.File }
+
+func (scratchCopy) String() string { return "(its downloaded copy)" }
+
+// pathless is an error whose text has a local path replaced by words; it
+// still matches what it wraps.
+type pathless struct {
+	msg string
+	err error
+}
+
+func (e *pathless) Error() string { return e.msg }
+func (e *pathless) Unwrap() error { return e.err }
+
+func unnamePath(err error, path, name string) error {
+	if err == nil || path == "" || !strings.Contains(err.Error(), path) {
+		return err
+	}
+	return &pathless{msg: strings.ReplaceAll(err.Error(), path, name), err: err}
 }
 
 func mustHeader(p string) []byte {
