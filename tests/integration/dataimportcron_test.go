@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -159,6 +161,28 @@ func listDVNames(t *testing.T, ns string) []string {
 	return out
 }
 
+// outdatedSeries reads kubevirt_cdi_dataimportcron_outdated for a cron:
+// its value and pending label, and whether the series exists.
+func outdatedSeries(t *testing.T, ns, name string) (value float64, pending string, found bool) {
+	t.Helper()
+	ch := make(chan prometheus.Metric, 64)
+	go func() { controller.OutdatedGauge().Collect(ch); close(ch) }()
+	for m := range ch {
+		var d dto.Metric
+		if err := m.Write(&d); err != nil {
+			t.Fatal(err)
+		}
+		labels := map[string]string{}
+		for _, l := range d.Label {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["ns"] == ns && labels["cron_name"] == name {
+			value, pending, found = d.GetGauge().GetValue(), labels["pending"], true
+		}
+	}
+	return value, pending, found
+}
+
 // TestDataImportCronImportsEachDigest: the poller's CronJob and initial Job
 // are rendered as CDI's; each digest the poller records becomes a
 // DataVolume <dataSource>-<12 digest chars> importing <url>@<digest> with
@@ -268,6 +292,9 @@ func TestDataImportCronImportsEachDigest(t *testing.T) {
 		if c.Status.LastExecutionTimestamp == nil {
 			t.Errorf("import %d: no lastExecutionTimestamp after a poll", i)
 		}
+		if v, _, ok := outdatedSeries(t, ns, cron.Name); !ok || v != 1 {
+			t.Errorf("import %d outdated: kubevirt_cdi_dataimportcron_outdated %v (series exists: %v), want 1", i, v, ok)
+		}
 		// ImportInProgress shows in Progressing.
 		dv.Status.Phase = cdiv1.ImportInProgress
 		if err := k8sClient.Status().Update(ctx, dv); err != nil {
@@ -281,6 +308,9 @@ func TestDataImportCronImportsEachDigest(t *testing.T) {
 		c = waitCron(t, ns, cron.Name, "UpToDate after the import succeeded", func(c *cdiv1.DataImportCron) bool {
 			return cronCondition(c, cdiv1.DataImportCronUpToDate) == "True/UpToDate" && c.Status.LastImportedPVC != nil && c.Status.LastImportedPVC.Name == name
 		})
+		if v, pending, ok := outdatedSeries(t, ns, cron.Name); !ok || v != 0 || pending != "false" {
+			t.Errorf("import %d up to date: kubevirt_cdi_dataimportcron_outdated %v pending=%s (series exists: %v), want 0", i, v, pending, ok)
+		}
 		if c.Status.LastImportTimestamp == nil || ptr.Deref(c.Status.SourceFormat, "") != cdiv1.DataImportCronSourceFormatPvc ||
 			cronCondition(c, cdiv1.DataImportCronProgressing) != "False/NoImport" {
 			t.Errorf("import %d status %+v", i, c.Status)
@@ -393,8 +423,9 @@ func TestDataImportCronRetentionNoneAndGarbageCollectNever(t *testing.T) {
 				live++
 			}
 		}
-		return slices.Equal(dvs, []string{"mine"}) && apierrors.IsNotFound(err) && len(cjs.Items) == 0 && live == 0,
-			fmt.Sprintf("DataVolumes %v, DataSource %v, CronJobs %d, Jobs %d", dvs, err, len(cjs.Items), live), nil
+		_, _, series := outdatedSeries(t, ns, "centos")
+		return slices.Equal(dvs, []string{"mine"}) && apierrors.IsNotFound(err) && len(cjs.Items) == 0 && live == 0 && !series,
+			fmt.Sprintf("DataVolumes %v, DataSource %v, CronJobs %d, Jobs %d, gauge series left %v", dvs, err, len(cjs.Items), live, series), nil
 	})
 }
 
