@@ -38,6 +38,9 @@ func ComputeStatus(dv *cdiv1.DataVolume, view ClaimView) cdiv1.DataVolumeStatus 
 
 	if view.Problem != "" {
 		running.Reason, running.Message = view.ProblemReason, view.Problem
+		if view.ProblemReason == reasonExceededQuota {
+			bound.Reason, bound.Message = reasonExceededQuota, view.Problem
+		}
 	}
 	if pvc != nil {
 		ann := pvc.Annotations

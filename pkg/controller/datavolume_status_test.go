@@ -36,6 +36,7 @@ func TestComputeStatus(t *testing.T) {
 		{"bound but not populated is not success", ClaimView{Claim: pvcWith(corev1.ClaimBound, map[string]string{cdiv1.AnnPodPhase: "Running"})}, cdiv1.ImportInProgress, "N/A", cdiv1.ReasonBound, corev1.ConditionFalse, corev1.ConditionFalse},
 		{"permanent failure", ClaimView{Claim: pvcWith(corev1.ClaimPending, map[string]string{cdiv1.AnnPodPhase: "Failed", cdiv1.AnnRunningCondition: "false",
 			cdiv1.AnnRunningConditionReason: "Error", cdiv1.AnnRunningConditionMessage: "checksum mismatch"})}, cdiv1.Failed, "N/A", cdiv1.ReasonPending, corev1.ConditionFalse, corev1.ConditionFalse},
+		{"claim refused by a quota", ClaimView{Problem: "creating claim disk: exceeded quota: storage", ProblemReason: "ErrExceededQuota"}, cdiv1.Pending, "N/A", "ErrExceededQuota", corev1.ConditionFalse, corev1.ConditionFalse},
 		{"prime refused by a quota", ClaimView{Claim: pvcWith(corev1.ClaimPending, map[string]string{cdiv1.AnnRunningCondition: "false",
 			cdiv1.AnnRunningConditionReason: "ErrExceededQuota", cdiv1.AnnRunningConditionMessage: "exceeded quota: storage"})}, cdiv1.Pending, "N/A", "ErrExceededQuota", corev1.ConditionFalse, corev1.ConditionFalse},
 		{"claim lost", ClaimView{Claim: pvcWith(corev1.ClaimLost, nil)}, cdiv1.Failed, "N/A", cdiv1.ReasonClaimLost, corev1.ConditionFalse, corev1.ConditionFalse},

@@ -159,3 +159,52 @@ func TestQuotaRefusingThePrime(t *testing.T) {
 		func(d *cdiv1.DataVolume) string { return fmt.Sprintf("conditions %+v", d.Status.Conditions) })
 	t.Logf("refused: %q; prime %s made %s after the quota was raised", ev.Message, prime.Name, time.Since(start).Round(100*time.Millisecond))
 }
+
+// A quota without room for the user's claim itself: the DataVolume says
+// which quota (CDI's ErrExceededQuota, in Bound and Running), and creates
+// the claim once the quota is raised.
+func TestQuotaRefusingTheClaim(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	className := ns + "-csi"
+	csiClass(t, className, "hostpath.csi.kubefill.test", storagev1.VolumeBindingImmediate)
+	zero := "0"
+	setQuota(t, ns, "small", "1Gi", &zero)
+	startControllers(t)
+	dv := kit.DataVolume(ns, "disk", kit.HTTP("http://images.test/disk.qcow2"), kit.WithPVC(kit.ClaimSpec("2Gi", kit.Class(className))))
+	if err := k8sClient.Create(ctx, dv); err != nil {
+		t.Fatal(err)
+	}
+	get := func() (*cdiv1.DataVolume, error) {
+		d := &cdiv1.DataVolume{}
+		return d, k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: "disk"}, d)
+	}
+	describe := func(d *cdiv1.DataVolume) string {
+		return fmt.Sprintf("phase %s, conditions %+v", d.Status.Phase, d.Status.Conditions)
+	}
+	got := kit.Await(t, 60*time.Second, 200*time.Millisecond, "the DataVolume to name the quota", get,
+		func(d *cdiv1.DataVolume) bool {
+			b := kit.DataVolumeCondition(d, cdiv1.DataVolumeBound)
+			return b.Reason == "ErrExceededQuota" && strings.Contains(b.Message, "exceeded quota: small")
+		}, describe)
+	if r := kit.DataVolumeCondition(got, cdiv1.DataVolumeRunning); r.Reason != "ErrExceededQuota" || got.Status.Phase != cdiv1.Pending {
+		t.Errorf("running %+v, phase %s", r, got.Status.Phase)
+	}
+	list := &corev1.EventList{}
+	if err := k8sClient.List(ctx, list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, e := range list.Items {
+		found = found || (e.InvolvedObject.Kind == "DataVolume" && e.Reason == "ErrExceededQuota" && strings.Contains(e.Message, "requests.storage=2Gi"))
+	}
+	if !found {
+		t.Error("no ErrExceededQuota event on the DataVolume")
+	}
+	setQuota(t, ns, "small", "10Gi", nil)
+	claimNamingPrime(t, ns, "disk")
+	kit.Await(t, 30*time.Second, 200*time.Millisecond, "the DataVolume to leave ErrExceededQuota", get,
+		func(d *cdiv1.DataVolume) bool {
+			return kit.DataVolumeCondition(d, cdiv1.DataVolumeBound).Reason != "ErrExceededQuota"
+		}, describe)
+}
