@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -30,6 +31,9 @@ func newUploadProxyCommand() *cobra.Command {
 			"      --upload-server-ca-file /etc/kubefill/upload-server-ca/ca.crt",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if opts.Namespace == "" {
+				opts.Namespace = os.Getenv("POD_NAMESPACE")
+			}
 			if err := opts.Validate(); err != nil {
 				return err
 			}
@@ -56,6 +60,7 @@ func newUploadProxyCommand() *cobra.Command {
 	flags.StringVar(&opts.Upstream.ClientCertFile, "client-cert-file", "", "client certificate (PEM) the proxy presents to upload servers")
 	flags.StringVar(&opts.Upstream.ClientKeyFile, "client-key-file", "", "private key of --client-cert-file (PEM)")
 	flags.StringVar(&opts.Upstream.CAFile, "upload-server-ca-file", "", "CA bundle (PEM) that signs upload servers' serving certificates")
+	flags.StringVar(&opts.UploadServerCAConfigMap, "upload-server-ca-configmap", "", "ConfigMap in the install namespace ($POD_NAMESPACE) whose ca-bundle.crt is trusted for upload servers too, read through the API (cdi-uploadserver-signer-bundle): a rotated signer is trusted before kubelet updates the mounted --upload-server-ca-file")
 	flags.StringVar(&opts.Upstream.ServerName, "upload-server-name", "", "name to verify in every upload server's certificate (default: cdi-upload-<claim>.<namespace>.svc)")
 	flags.StringVar(&opts.Address, "upload-server-address", uploadproxy.AddressPodIP, "how to reach upload pods: pod-ip (read the pod's IP; no cluster DNS needed) or service (cdi-upload-<claim>.<namespace>.svc)")
 	flags.IntVar(&opts.UpstreamPort, "upload-server-port", contract.UploadServerPort, "port of the upload server (the pod port with pod-ip, the Service port with service)")

@@ -208,6 +208,11 @@ type UpstreamTLS struct {
 	ClientCertFile, ClientKeyFile string
 	// CAFile holds the CA bundle that signs upload servers' serving certificates.
 	CAFile string
+	// ExtraCAs, if set, returns more trusted CAs (PEM) at each connection:
+	// the upload-server signer's bundle read through the API, which holds a
+	// rotated signer's CA as soon as the controller publishes it, while the
+	// mounted CAFile follows only when kubelet next syncs the volume.
+	ExtraCAs func(ctx context.Context) []byte
 	// ServerName, if set, is the name checked in every upload server's
 	// certificate. Empty: the resolver's Endpoint.ServerName, else the URL's host.
 	ServerName string
@@ -247,6 +252,12 @@ func NewUpstreamTransport(c UpstreamTLS) (*http.Transport, error) {
 			}
 			cfg := base.Clone()
 			cfg.RootCAs = cas.Pool()
+			if c.ExtraCAs != nil {
+				if extra := c.ExtraCAs(ctx); len(extra) > 0 {
+					cfg.RootCAs = cfg.RootCAs.Clone()
+					cfg.RootCAs.AppendCertsFromPEM(extra)
+				}
+			}
 			up, _ := ctx.Value(ctxKey{}).(upstream)
 			switch {
 			case c.ServerName != "":

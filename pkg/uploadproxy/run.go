@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -41,6 +44,14 @@ type RunOptions struct {
 	UpstreamPort int
 	// PodWait bounds how long a request waits for the upload pod to be ready.
 	PodWait time.Duration
+	// UploadServerCAConfigMap, if set, names a ConfigMap in Namespace whose
+	// ca-bundle.crt (the upload-server signer's bundle) is trusted for upload
+	// servers besides Upstream.CAFile, read through the API at most once a
+	// second: an upload pod signed by a just-rotated signer is trusted at
+	// once, not only after kubelet updates the mounted file.
+	UploadServerCAConfigMap string
+	// Namespace holds UploadServerCAConfigMap (the install namespace).
+	Namespace string
 	// Listener, if set, replaces BindAddress:SecurePort (tests).
 	Listener net.Listener
 }
@@ -66,6 +77,9 @@ func (o *RunOptions) Validate() error {
 	if o.UpstreamPort <= 0 || o.UpstreamPort > 65535 {
 		errs = append(errs, fmt.Errorf("--upload-server-port %d is not a TCP port", o.UpstreamPort))
 	}
+	if o.UploadServerCAConfigMap != "" && o.Namespace == "" {
+		errs = append(errs, fmt.Errorf("--upload-server-ca-configmap %s needs the install namespace (POD_NAMESPACE)", o.UploadServerCAConfigMap))
+	}
 	if o.PodWait < 0 {
 		errs = append(errs, fmt.Errorf("--pod-ready-timeout %s is negative", o.PodWait))
 	}
@@ -89,6 +103,9 @@ func Run(ctx context.Context, restCfg *rest.Config, o RunOptions) error {
 	var loc Locator = PodIPLocator{Client: kube, Port: o.UpstreamPort}
 	if o.Address == AddressService {
 		loc = ServiceLocator{Port: o.UpstreamPort}
+	}
+	if o.UploadServerCAConfigMap != "" {
+		o.Upstream.ExtraCAs = (&configMapBundle{client: kube, namespace: o.Namespace, name: o.UploadServerCAConfigMap, log: log}).get
 	}
 	tr, err := NewUpstreamTransport(o.Upstream)
 	if err != nil {
@@ -117,4 +134,34 @@ func Run(ctx context.Context, restCfg *rest.Config, o RunOptions) error {
 	}
 	log.Info("serving uploads", "address", ln.Addr().String(), "uploadServers", o.Address, "podReadyTimeout", o.PodWait)
 	return Serve(ctx, NewServer(h, tlsCfg), ln, 30*time.Second)
+}
+
+// configMapBundle reads a CA bundle ConfigMap's ca-bundle.crt, at most once
+// a second; a failed read keeps the last bundle.
+type configMapBundle struct {
+	client          kubernetes.Interface
+	namespace, name string
+	log             logr.Logger
+
+	mu      sync.Mutex
+	pem     []byte
+	fetched time.Time
+}
+
+func (b *configMapBundle) get(ctx context.Context) []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if time.Since(b.fetched) < time.Second {
+		return b.pem
+	}
+	b.fetched = time.Now()
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	cm, err := b.client.CoreV1().ConfigMaps(b.namespace).Get(rctx, b.name, metav1.GetOptions{})
+	if err != nil {
+		b.log.Error(err, "reading the upload-server CA bundle; keeping the last one", "configMap", b.namespace+"/"+b.name)
+		return b.pem
+	}
+	b.pem = []byte(cm.Data["ca-bundle.crt"])
+	return b.pem
 }
