@@ -120,11 +120,11 @@ func (p *UploadServing) ensureServing(ctx context.Context, target, prime *corev1
 	return nil
 }
 
-// servingMeta is the metadata of an object serving target's upload pod.
 // uploadServerValidity bounds an upload pod's serving certificate; it is
 // cut to the signer's remaining validity.
 const uploadServerValidity = 48 * time.Hour
 
+// servingMeta is the metadata of an object serving target's upload pod.
 func servingMeta(name string, target, prime *corev1.PersistentVolumeClaim) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: name, Namespace: prime.Namespace, Labels: workerLabels(target, "upload-server"), OwnerReferences: ownedBy(target, prime.Namespace)}
 }
