@@ -86,6 +86,11 @@ func Digest(ctx context.Context, r Registry) (string, error) {
 // explain turns a registry error into one that names the URL and says what
 // to fix.
 func explain(url string, err error) error {
+	var ue x509.UnknownAuthorityError
+	var ve *tls.CertificateVerificationError
+	if errors.As(err, &ue) || errors.As(err, &ve) || strings.Contains(err.Error(), "x509: ") {
+		return fmt.Errorf("%s: the registry's TLS certificate is not trusted; give the cron's registry source a certConfigMap with its CA: %w", url, err)
+	}
 	var te *transport.Error
 	if errors.As(err, &te) {
 		switch {
@@ -109,10 +114,6 @@ func explain(url string, err error) error {
 	var oe *net.OpError
 	if errors.As(err, &oe) || errors.As(err, &ne) {
 		return fmt.Errorf("%w: %s: %v", ErrUnreachable, url, err)
-	}
-	var ue x509.UnknownAuthorityError
-	if errors.As(err, &ue) || strings.Contains(err.Error(), "certificate") {
-		return fmt.Errorf("%s: the registry's TLS certificate is not trusted; give the cron's registry source a certConfigMap with its CA: %w", url, err)
 	}
 	return fmt.Errorf("reading the manifest of %s: %w", url, err)
 }

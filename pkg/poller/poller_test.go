@@ -2,6 +2,7 @@ package poller
 
 import (
 	"context"
+	"encoding/pem"
 	"errors"
 	"io"
 	"log"
@@ -226,5 +227,34 @@ func TestAnnotationUpdate(t *testing.T) {
 				t.Errorf("digest %v, want %s", got, *tc.wantDigest)
 			}
 		})
+	}
+}
+
+// A registry with a private CA: trusted with the CA (-certdir), refused
+// without it with a message saying what to add.
+func TestDigestOverTLSWithTheRegistryCA(t *testing.T) {
+	srv := httptest.NewTLSServer(ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(srv.Close)
+	h := strings.TrimPrefix(srv.URL, "https://")
+	ref, err := name.ParseReference(h + "/tls:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := randomImage(t)
+	if err := remote.Write(ref, img, remote.WithTransport(srv.Client().Transport)); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := img.Digest()
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	url := "docker://" + h + "/tls:1"
+	got, err := Digest(context.Background(), Registry{URL: url, CAPEM: ca})
+	if err != nil || got != want.String() {
+		t.Fatalf("with the CA: digest %s (%v), want %s", got, err, want)
+	}
+	if _, err := Digest(context.Background(), Registry{URL: url}); err == nil || !strings.Contains(err.Error(), "certConfigMap") || !strings.Contains(err.Error(), url) {
+		t.Fatalf("without the CA: error %v, want one naming the URL and certConfigMap", err)
+	}
+	if got, err := Digest(context.Background(), Registry{URL: url, InsecureTLS: true}); err != nil || got != want.String() {
+		t.Fatalf("insecure: digest %s (%v)", got, err)
 	}
 }
