@@ -104,6 +104,10 @@ func ParseVMDKDescriptor(b []byte) (*VMDKDescriptor, error) {
 	if len(d.Extents) == 0 {
 		return nil, fmt.Errorf("%w: vmdk descriptor has no extent line", ErrNoVirtualSize)
 	}
+	// Extents of 0 sectors only: no size to check a target against.
+	if total == 0 {
+		return nil, fmt.Errorf("%w: vmdk extents add up to 0 bytes", ErrNoVirtualSize)
+	}
 	return d, nil
 }
 
