@@ -346,6 +346,14 @@ func (r *DataImportCronReconciler) ensurePoller(ctx context.Context, cron *cdiv1
 	if err != nil {
 		return err
 	}
+	if cm := ptr.Deref(registrySource(cron).CertConfigMap, ""); cm != "" {
+		// As CDI's, the poller runs in the install namespace and mounts the
+		// ConfigMap of that name there, not the cron's.
+		if err := r.Reader.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: cm}, &corev1.ConfigMap{}); apierrors.IsNotFound(err) {
+			r.event(cron, corev1.EventTypeWarning, ReasonPollerNotStarted,
+				"the poller runs in namespace %s and mounts certConfigMap %s from there, where it does not exist; create it there with the registry's CA", r.Namespace, cm)
+		}
+	}
 	cj := &batchv1.CronJob{}
 	err = r.Client.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: CronJobName(cron)}, cj)
 	switch {
