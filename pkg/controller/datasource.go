@@ -184,8 +184,10 @@ func (r *DataSourceReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	ready := ComputeDataSourceReady(ds, obs)
 	logger := log.FromContext(ctx)
 	if ready.Status == corev1.ConditionTrue {
+		// The patch's base is taken first: WithDataSourceLabels writes into
+		// a non-nil map in place.
+		patch := client.MergeFrom(ds.DeepCopy())
 		if labels, changed := WithDataSourceLabels(ds.Labels, ready.Labels); changed {
-			patch := client.MergeFrom(ds.DeepCopy())
 			ds.Labels = labels
 			if err := r.Client.Patch(ctx, ds, patch); err != nil {
 				return ctrl.Result{}, fmt.Errorf("copying the source's labels onto DataSource %s: %w", req.NamespacedName, err)

@@ -49,6 +49,9 @@ func startCronController(t *testing.T, installNS string) {
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
+	if err := (&controller.DataSourceReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
 	startUntilCleanup(t, mgr)
 }
 
@@ -315,13 +318,15 @@ func TestDataImportCronImportsEachDigest(t *testing.T) {
 			cronCondition(c, cdiv1.DataImportCronProgressing) != "False/NoImport" {
 			t.Errorf("import %d status %+v", i, c.Status)
 		}
-		kit.Eventually(t, 30*time.Second, 100*time.Millisecond, "the DataSource to point at "+name, func() (bool, string, error) {
+		kit.Eventually(t, 30*time.Second, 100*time.Millisecond, "the DataSource to point at "+name+", Ready, with the cron's instancetype label", func() (bool, string, error) {
 			ds := &cdiv1.DataSource{}
 			if err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: "fedora"}, ds); err != nil {
 				return false, "", err
 			}
 			p := ds.Spec.Source.PVC
-			return p != nil && p.Name == name && p.Namespace == ns, fmt.Sprintf("source %+v", ds.Spec.Source), nil
+			ready := len(ds.Status.Conditions) == 1 && ds.Status.Conditions[0].Status == corev1.ConditionTrue
+			return p != nil && p.Name == name && p.Namespace == ns && ready && ds.Labels[cdiv1.LabelDefaultPreference] == "fedora",
+				fmt.Sprintf("source %+v labels %v status %+v", ds.Spec.Source, ds.Labels, ds.Status), nil
 		})
 		// Distinct last-use times for the garbage collector.
 		time.Sleep(20 * time.Millisecond)
