@@ -301,11 +301,13 @@ func dialTimeout(n int) time.Duration {
 const DefaultRetryWindow = 5 * time.Minute
 
 // retryWait is the wait after the n-th failed attempt to reach the server:
-// 50 ms, growing by half each time up to 2 s. The server usually starts
-// within a second of the source pod, so the first retries are quick.
+// 50 ms for the first 40 attempts (2 s: the server usually listens within
+// a second or two of the source pod's start, and the Service routes to it
+// a moment later; a refused dial costs next to nothing), then growing by
+// half each time up to 2 s.
 func retryWait(n int) time.Duration {
 	d := 50 * time.Millisecond
-	for i := 1; i < n && d < 2*time.Second; i++ {
+	for i := 40; i < n && d < 2*time.Second; i++ {
 		d += d / 2
 	}
 	return min(d, 2*time.Second)
