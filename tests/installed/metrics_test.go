@@ -1,9 +1,7 @@
 package installed
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -25,15 +23,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 	"github.com/kubefill/kubefill/pkg/controller"
 	"github.com/kubefill/kubefill/pkg/storage"
+	"github.com/kubefill/kubefill/tests/cluster"
 	"github.com/kubefill/kubefill/tests/kit"
 )
 
@@ -44,20 +40,12 @@ const metricsService = "kubefill-prometheus-metrics"
 // monitoringServices reads the plain Services of manifests/monitoring: the
 // part of it that needs no Prometheus operator.
 func monitoringServices() ([]*unstructured.Unstructured, error) {
-	f := filepath.Join(repoRoot(), "manifests", "monitoring", "service-monitor.yaml")
-	raw, err := os.ReadFile(f)
+	objs, err := cluster.ManifestObjects(filepath.Join(repoRoot(), "manifests", "monitoring"), "")
 	if err != nil {
 		return nil, err
 	}
 	var out []*unstructured.Unstructured
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			return nil, fmt.Errorf("%s: %w", f, err)
-		}
+	for _, u := range objs {
 		if u.GetKind() == "Service" && u.GetAPIVersion() == "v1" {
 			out = append(out, u)
 		}
@@ -172,9 +160,8 @@ func TestInstalledMetrics(t *testing.T) {
 	if len(svcs) == 0 {
 		t.Fatal("manifests/monitoring/service-monitor.yaml has no Service")
 	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(cl.Client.Discovery()))
 	for _, u := range svcs {
-		if err := apply(ctx, mapper, u); err != nil {
+		if err := installer.Apply(ctx, u); err != nil {
 			t.Fatal(err)
 		}
 	}
