@@ -528,3 +528,40 @@ func createCron(t *testing.T, cron *cdiv1.DataImportCron) {
 	}
 	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), cron) })
 }
+
+// TestDataImportCronReplacesAFailedImport: an import whose DataVolume
+// failed (Running False, reason Error) is deleted when a new digest
+// arrives, and the new digest is imported.
+func TestDataImportCronReplacesAFailedImport(t *testing.T) {
+	ctx := context.Background()
+	installNS, ns := newNamespace(t), newNamespace(t)
+	reg := registry.Start(t, registry.Options{})
+	startCronController(t, installNS)
+	reg.PushDisk(t, "os/broken:1", []byte("a disk the importer fails on"))
+	cron := registryCron(ns, "broken", reg.URL("os/broken:1"))
+	createCron(t, cron)
+	first := "fedora-" + strings.TrimPrefix(poll(t, cron), "sha256:")[:12]
+	dv := waitDV(t, ns, first)
+	dv.Status.Phase = cdiv1.ImportInProgress
+	dv.Status.Conditions = []cdiv1.DataVolumeCondition{{Type: cdiv1.DataVolumeRunning,
+		Status: corev1.ConditionFalse, Reason: cdiv1.ReasonError, Message: "Unable to process data"}}
+	if err := k8sClient.Status().Update(ctx, dv); err != nil {
+		t.Fatal(err)
+	}
+	waitCron(t, ns, cron.Name, "Progressing to show the DataVolume's phase", func(c *cdiv1.DataImportCron) bool {
+		return cronCondition(c, cdiv1.DataImportCronProgressing) == "True/ImportProgressing"
+	})
+	reg.PushDisk(t, "os/broken:1", []byte("a fixed disk"))
+	second := "fedora-" + strings.TrimPrefix(poll(t, cron), "sha256:")[:12]
+	waitDV(t, ns, second)
+	kit.Eventually(t, 30*time.Second, 100*time.Millisecond, "the failed import to be deleted", func() (bool, string, error) {
+		got := listDVNames(t, ns)
+		return slices.Equal(got, []string{second}), fmt.Sprintf("DataVolumes %v", got), nil
+	})
+	c := waitCron(t, ns, cron.Name, "the new import to be current", func(c *cdiv1.DataImportCron) bool {
+		return len(c.Status.CurrentImports) == 1 && c.Status.CurrentImports[0].DataVolumeName == second
+	})
+	if c.Status.LastImportedPVC != nil {
+		t.Errorf("lastImportedPVC %+v: nothing succeeded", c.Status.LastImportedPVC)
+	}
+}
