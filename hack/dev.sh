@@ -16,6 +16,14 @@
 #   bash hack/dev.sh down
 #   bash hack/dev.sh check    # up, the demo, then down (leaves nothing behind)
 #
+# INSTALLED=1 (`make dev INSTALLED=1`) installs Kubefill as an operator
+# would instead of running it on the host: `kubectl apply -k manifests`
+# (and the metrics Service of manifests/monitoring) with the image built
+# here, so the controller, API server and upload proxy run as Deployments
+# on the node, with the certificates the controller makes; the CDI
+# resource is created, `kubectl get cdi,deploy -n kubefill-system` printed,
+# and the same demo runs against the installed components.
+#
 # KUBEFILL_DEV_DIR (default /tmp/kubefill-dev) holds the cluster's state,
 # kubeconfigs, logs and volumes. Needs root.
 set -euo pipefail
@@ -26,6 +34,8 @@ DIR="${KUBEFILL_DEV_DIR:-/tmp/kubefill-dev}"
 CACHE_ROOT="${KUBEFILL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kubefill}"
 BIN="$CACHE_ROOT/dev/kubefill-dev"
 action="${1:-up}"
+INSTALLED="${INSTALLED:-}"
+case "$INSTALLED" in ""|0|false|no) INSTALLED= ;; *) INSTALLED=1 ;; esac
 
 log() { echo "dev: $*" >&2; }
 
@@ -39,6 +49,27 @@ fi
 build_helper() {
   mkdir -p "$CACHE_ROOT/dev"
   flock "$CACHE_ROOT/dev/.lock" env GOTOOLCHAIN=local go build -o "$BIN" ./tests/cluster/cmd/kubefill-dev
+}
+
+kubefill_summary() {
+  if [ -n "$INSTALLED" ]; then
+    cat <<EOF
+  Kubefill is installed from manifests/ (kubectl apply -k manifests) with
+  kubefill/kubefill:dev: Deployments kubefill-controller, kubefill-apiserver
+  and kubefill-uploadproxy in kubefill-system, the APIService
+  v1beta1.upload.cdi.kubevirt.io, the webhooks, and the CDI resource "cdi".
+  Check it:  kubectl get cdi,deploy -n kubefill-system
+  Logs:      kubectl logs -n kubefill-system deploy/kubefill-controller
+  Metrics:   the Service kubefill-prometheus-metrics (port 8080, /metrics)
+EOF
+  else
+    cat <<EOF
+  Kubefill (built from this checkout) runs as part of the cluster: its CRDs,
+  its controller, its aggregated API server behind the APIService
+  v1beta1.upload.cdi.kubevirt.io, and its upload proxy (URL in CDIConfig
+  status.uploadProxyURL). Logs: $DIR/logs/kubefill-*.log
+EOF
+  fi
 }
 
 case "$action" in
@@ -56,7 +87,12 @@ case "$action" in
     log "helper binary (CSI driver, cluster; a minute or two cold)"
     build_helper
     log "helper binary ready in $(( $(date +%s) - t ))s"
-    "$BIN" up --dir "$DIR" --kubefill
+    if [ -n "$INSTALLED" ]; then
+      log "Kubefill installed from manifests/ (INSTALLED=1): its pods run from kubefill/kubefill:dev"
+      "$BIN" up --dir "$DIR" --installed
+    else
+      "$BIN" up --dir "$DIR" --kubefill
+    fi
     KUBECONFIG="$DIR/admin.kubeconfig"
     log "demo: a PVC provisioned, bound, written by a pod and read back by another;"
     log "      then a qcow2 imported through a DataVolume by Kubefill, and one uploaded"
@@ -76,10 +112,7 @@ The local cluster is up ($(( $(date +%s) - start ))s including builds).
   kubefill-test/dev:e2e (the CSI node plugin), registry.k8s.io/pause:3.10.2.
   Component logs: $DIR/logs/   Pod logs: kubectl logs, or $DIR/pod-logs/
 
-  Kubefill (built from this checkout) runs as part of the cluster: its CRDs,
-  its controller, its aggregated API server behind the APIService
-  v1beta1.upload.cdi.kubevirt.io, and its upload proxy (URL in CDIConfig
-  status.uploadProxyURL). Logs: $DIR/logs/kubefill-*.log
+$(kubefill_summary)
 
 Next steps:
   create DataVolumes (cdi.kubevirt.io/v1beta1) against \$KUBECONFIG

@@ -24,7 +24,11 @@ func runUp(args []string) error {
 	fs := flag.NewFlagSet("up", flag.ExitOnError)
 	dir := fs.String("dir", defaultDevDir(), "directory for the cluster's state, logs and volumes")
 	kubefill := fs.Bool("kubefill", false, "also install Kubefill's CRDs and run its controller from this checkout")
+	installed := fs.Bool("installed", false, "install Kubefill as an operator would: `kubectl apply -k manifests` (and the metrics Service of manifests/monitoring) with the image built here, every component a Deployment on the node")
 	_ = fs.Parse(args)
+	if *kubefill && *installed {
+		return errors.New("--kubefill runs Kubefill in-process, --installed from the manifests: pick one")
+	}
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("find own binary: %w", err)
@@ -53,6 +57,11 @@ func runUp(args []string) error {
 		return err
 	}
 	fmt.Printf("cluster up in %s\n", c.StartupDuration.Round(1e6))
+	if *installed {
+		if err := installManifests(c); err != nil {
+			return fmt.Errorf("installing Kubefill from the manifests (the cluster stays up; `kubefill-dev down --dir %s` removes it): %w", *dir, err)
+		}
+	}
 	fmt.Printf("KUBECONFIG=%s\n", c.Kubeconfig)
 	return nil
 }

@@ -2,6 +2,8 @@
 // from tests/ and never shipped:
 //
 //	kubefill-dev up [--dir DIR]     start the local cluster and leave it running
+//	                                (--kubefill: Kubefill runs on the host; --installed:
+//	                                installed from manifests/ as Deployments)
 //	kubefill-dev down [--dir DIR]   remove everything `up` made
 //	kubefill-dev demo --kubeconfig  a PVC provisioned, bound, written and read by pods
 //	kubefill-dev csi-driver ...     the hostpath CSI driver
@@ -60,7 +62,8 @@ func usage() {
 	fmt.Fprint(os.Stderr, `usage: kubefill-dev <command> [flags]
 
 commands:
-  up          start the local cluster (control plane, CSI storage, real node) and leave it running
+  up          start the local cluster (control plane, CSI storage, real node) and leave it running;
+              --kubefill runs Kubefill on the host, --installed installs it from manifests/
   down        stop the local cluster and remove its processes, pods, mounts, links, cgroups and iptables rules
   demo        provision a PVC on the default class, write it from a pod, read it back from another
   csi-driver  serve the hostpath CSI driver
