@@ -169,6 +169,33 @@ func (r *DataVolumeReconciler) noKeys(dv *cdiv1.DataVolume, src CloneSource) Cla
 	return r.wait(dv, corev1.EventTypeWarning, reasonNoTokenKeys, msg, &src)
 }
 
+// ensureDataSourceToken mints the extended token at once for a DataVolume
+// whose short token names its sourceRef DataSource (which had no source at
+// admission): a golden image may be imported long after the short token
+// expires (CDI #2777). stop says the DataVolume was annotated. Any problem
+// with the token is left for ensureExtendedToken to report, once the
+// DataSource resolves.
+func (r *DataVolumeReconciler) ensureDataSourceToken(ctx context.Context, dv *cdiv1.DataVolume) (stop bool, err error) {
+	short := dv.Annotations[cdiv1.AnnCloneToken]
+	if short == "" || dv.Annotations[cdiv1.AnnExtendedCloneToken] != "" || r.CloneTokens == nil || r.ExtendedTokens == nil {
+		return false, nil
+	}
+	p, err := r.CloneTokens.Validate(short)
+	if err != nil || p.Resource != token.ResourceDataSource {
+		return false, nil
+	}
+	ext, err := r.ExtendedTokens.Generate(token.WithUID(p, string(dv.UID)))
+	if err != nil {
+		return false, nil
+	}
+	patch := client.MergeFrom(dv.DeepCopy())
+	dv.Annotations[cdiv1.AnnExtendedCloneToken] = ext
+	if err := r.Client.Patch(ctx, dv, patch); err != nil {
+		return true, fmt.Errorf("annotating the DataVolume with its extended clone token: %w", err)
+	}
+	return true, nil
+}
+
 // shortTokenPayload validates the DataVolume's short token for a clone of src.
 func (r *DataVolumeReconciler) shortTokenPayload(dv *cdiv1.DataVolume, src CloneSource) (*token.Payload, error) {
 	t := dv.Annotations[cdiv1.AnnCloneToken]
@@ -179,10 +206,38 @@ func (r *DataVolumeReconciler) shortTokenPayload(dv *cdiv1.DataVolume, src Clone
 	if err != nil {
 		return nil, err
 	}
+	if p.Resource == token.ResourceDataSource {
+		return dataSourceTokenFor(p, dv, src)
+	}
 	if err := token.CheckClone(p, src.Resource(), src.Namespace, src.Name, dv.Namespace, dv.Name); err != nil {
 		return nil, err
 	}
 	return p, nil
+}
+
+// dataSourceTokenFor checks a short token the webhook issued for dv's
+// sourceRef DataSource when it did not exist yet or named no source (a
+// golden image before its first import): the user was authorised for the
+// DataSource's namespace. It holds for src, now resolved, only if src lies
+// in that namespace; the payload returned names src, so the extended token
+// minted from it reads as any other. Pure.
+func dataSourceTokenFor(p *token.Payload, dv *cdiv1.DataVolume, src CloneSource) (*token.Payload, error) {
+	ref := dv.Spec.SourceRef
+	if ref == nil || ref.Kind != cdiv1.DataVolumeDataSource {
+		return nil, errors.New("the clone token names a DataSource, but the DataVolume has no sourceRef to one")
+	}
+	refNS := ptr.Deref(ref.Namespace, "")
+	if refNS == "" {
+		refNS = dv.Namespace
+	}
+	if err := token.CheckClone(p, token.ResourceDataSource, refNS, ref.Name, dv.Namespace, dv.Name); err != nil {
+		return nil, err
+	}
+	if src.Namespace != refNS {
+		return nil, fmt.Errorf("the clone token allows cloning from namespace %s (DataSource %s named no source when the DataVolume was created), "+
+			"but the DataSource now resolves to %s %s in namespace %s", refNS, ref.Name, src.word(), src.Name, src.Namespace)
+	}
+	return token.NewClonePayload(src.Resource(), src.Namespace, src.Name, dv.Namespace, dv.Name), nil
 }
 
 // dataVolumeTokenPayload validates the DataVolume's extended token: issued
@@ -195,6 +250,12 @@ func (r *DataVolumeReconciler) dataVolumeTokenPayload(dv *cdiv1.DataVolume, src 
 	p, err := r.ExtendedTokenValidator.Validate(t)
 	if err != nil {
 		return nil, err
+	}
+	if p.Resource == token.ResourceDataSource {
+		if err := token.CheckUID(p, string(dv.UID)); err != nil {
+			return nil, err
+		}
+		return dataSourceTokenFor(p, dv, src)
 	}
 	if err := token.CheckExtendedClone(p, src.Resource(), src.Namespace, src.Name, dv.Namespace, dv.Name, string(dv.UID)); err != nil {
 		return nil, err
@@ -281,6 +342,9 @@ func (r *DataVolumeReconciler) cloneSize(ctx context.Context, dv *cdiv1.DataVolu
 // reconcileCloneClaim makes a clone DataVolume's VolumeCloneSource, in the
 // source's namespace, and its claim, when the claim does not exist yet.
 func (r *DataVolumeReconciler) reconcileCloneClaim(ctx context.Context, dv *cdiv1.DataVolume, kind *sourceKind) (ClaimView, error) {
+	if stop, err := r.ensureDataSourceToken(ctx, dv); stop || err != nil {
+		return ClaimView{}, err
+	}
 	src, view, err := r.resolveCloneSource(ctx, dv)
 	if src == nil || err != nil {
 		return view, err

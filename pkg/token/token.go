@@ -74,6 +74,10 @@ var (
 	ResourcePVC = metav1.GroupVersionResource{Group: "", Version: "v1", Resource: "persistentvolumeclaims"}
 	// ResourceVolumeSnapshot is the source resource of a snapshot clone.
 	ResourceVolumeSnapshot = metav1.GroupVersionResource{Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshots"}
+	// ResourceDataSource names a DataSource whose source was not known when
+	// the DataVolume was created (no DataSource yet, or an empty one): the
+	// token then authorises cloning from the DataSource's namespace.
+	ResourceDataSource = metav1.GroupVersionResource{Group: "cdi.kubevirt.io", Version: "v1beta1", Resource: "datasources"}
 )
 
 // Generator signs payloads into tokens.

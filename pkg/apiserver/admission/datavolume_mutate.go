@@ -9,6 +9,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,6 +29,12 @@ type CloneSource struct {
 // IsSnapshot says whether the source is a VolumeSnapshot.
 func (c CloneSource) IsSnapshot() bool {
 	return c.Resource.Resource == token.ResourceVolumeSnapshot.Resource
+}
+
+// IsDataSource says whether the source is a DataSource whose own source
+// was not known at admission (see unresolvedDataSource).
+func (c CloneSource) IsDataSource() bool {
+	return c.Resource.Resource == token.ResourceDataSource.Resource
 }
 
 // DataSourceGetter reads a DataSource.
@@ -74,6 +81,30 @@ func ResolveCloneSource(ctx context.Context, dv *cdiv1.DataVolume, get DataSourc
 	return fromPair(ds.Spec.Source.PVC, ds.Spec.Source.Snapshot, ds.Namespace), nil
 }
 
+// unresolvedDataSource is the source to authorise when dv clones through a
+// sourceRef whose DataSource does not exist yet or names no source yet
+// (resolveErr is NotFound, or there was no error and no source): a golden
+// image before its first import. The user is then authorised for the
+// DataSource's namespace, and the controller accepts the token once the
+// DataSource resolves to a source in that namespace.
+func unresolvedDataSource(dv *cdiv1.DataVolume, resolveErr error) (CloneSource, bool) {
+	ref := dv.Spec.SourceRef
+	if dv.Spec.Source != nil || ref == nil || ref.Kind != cdiv1.DataVolumeDataSource || ref.Name == "" {
+		return CloneSource{}, false
+	}
+	if resolveErr != nil && !apierrors.IsNotFound(resolveErr) {
+		return CloneSource{}, false
+	}
+	return CloneSource{Resource: token.ResourceDataSource, Namespace: orDefault(derefString(ref.Namespace), dv.Namespace), Name: ref.Name}, true
+}
+
+func derefString(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
 func orDefault(s, def string) string {
 	if s == "" {
 		return def
@@ -88,9 +119,14 @@ func CloneAccessChecks(src CloneSource) (explicit, implicit []authorizationv1.Re
 		Namespace: src.Namespace, Verb: "create", Group: cdiv1.GroupName, Resource: "datavolumes",
 		Subresource: cdiv1.DataVolumeCloneSourceSubresource, Name: src.Name,
 	}}
+	if src.IsDataSource() {
+		// The object to be cloned is not known yet: the whole namespace.
+		explicit[0].Name = ""
+	}
 	implicit = []authorizationv1.ResourceAttributes{{Namespace: src.Namespace, Verb: "create", Resource: "pods"}}
-	if src.IsSnapshot() {
-		// Restoring a snapshot also needs a claim in the source namespace.
+	if src.IsSnapshot() || src.IsDataSource() {
+		// Restoring a snapshot also needs a claim in the source namespace
+		// (and a DataSource not resolved yet may come to name a snapshot).
 		implicit = append(implicit, authorizationv1.ResourceAttributes{Namespace: src.Namespace, Verb: "create", Resource: "persistentvolumeclaims"})
 	}
 	return explicit, implicit
@@ -123,7 +159,7 @@ func (a CloneAuthorizer) Authorize(ctx context.Context, user authenticationv1.Us
 		return ok, "", err
 	}
 	alt := "create pods"
-	if src.IsSnapshot() {
+	if src.IsSnapshot() || src.IsDataSource() {
 		alt = "both create pods and create persistentvolumeclaims"
 	}
 	return false, fmt.Sprintf("user %q may not clone %s %s/%s: it needs create on datavolumes/source (API group %s) in namespace %q, or %s there",
@@ -136,6 +172,8 @@ func singular(resource string) string {
 		return "PersistentVolumeClaim"
 	case "volumesnapshots":
 		return "VolumeSnapshot"
+	case "datasources":
+		return "DataSource"
 	}
 	return resource
 }
@@ -200,6 +238,11 @@ func (m *DataVolumeMutator) Admit(ctx context.Context, req *admissionv1.Admissio
 		}
 		return &ds, nil
 	})
+	if err != nil || src == nil {
+		if ds, ok := unresolvedDataSource(&dv, err); ok {
+			src, err = &ds, nil
+		}
+	}
 	if err != nil {
 		return badRequest(err.Error())
 	}
