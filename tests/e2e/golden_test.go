@@ -238,6 +238,25 @@ func TestGoldenImageCron(t *testing.T) {
 	cron.Spec.RetentionPolicy = ptr.To(cdiv1.DataImportCronRetainNone)
 	vm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: vms, Name: "vm-stand-in"}}
 	s.create(t, vm)
+	// A KubeVirt-shaped DataVolume made before the cron, while its DataSource
+	// does not exist yet (a VM created with its golden image): admitted with
+	// a token for the DataSource's namespace, it waits saying so, and clones
+	// the first import once the DataSource names it.
+	early := kubevirtDataVolume(vms, "early-rootdisk", vm, golden, "tiny", cluster.StorageClassImmediate)
+	s.create(t, early)
+	kit.Eventually(t, time.Minute, 250*time.Millisecond, "the early DataVolume to say it waits for its DataSource", func() (bool, string, error) {
+		dv := &cdiv1.DataVolume{}
+		if err := s.c.Get(ctx, client.ObjectKeyFromObject(early), dv); err != nil {
+			return false, "", err
+		}
+		for _, c := range dv.Status.Conditions {
+			if c.Type == cdiv1.DataVolumeRunning && c.Reason == "DataSourceNotFound" {
+				t.Logf("early DataVolume: Running=%s %s: %s", c.Status, c.Reason, c.Message)
+				return true, "", nil
+			}
+		}
+		return false, fmt.Sprintf("conditions %+v", dv.Status.Conditions), nil
+	})
 	start := time.Now()
 	s.createCron(t, cron)
 	// The initial Job polls at once: the first import.
@@ -259,6 +278,11 @@ func TestGoldenImageCron(t *testing.T) {
 	if got := diskSHA256(t, s.c, golden, name1); got != sha1 {
 		t.Errorf("import %s holds sha256 %s, the pushed disk %s", name1, got, sha1)
 	}
+	s.waitCloned(t, vms, early.Name, golden, cloneTimeout)
+	if got := diskSHA256(t, s.c, vms, early.Name); got != sha1 {
+		t.Errorf("the early clone holds sha256 %s, the first import %s", got, sha1)
+	}
+	t.Logf("early DataVolume cloned the first import %s after the cron was created", time.Since(start).Round(100*time.Millisecond))
 	c := &cdiv1.DataImportCron{}
 	if err := s.c.Get(ctx, client.ObjectKeyFromObject(cron), c); err != nil {
 		t.Fatal(err)
@@ -352,7 +376,7 @@ func TestGoldenImageCron(t *testing.T) {
 			fmt.Sprintf("imports %v, claims %d, DataSource %v, CronJobs %d", imports, len(claims.Items), dsErr, len(cjs.Items)), nil
 	})
 	t.Logf("retentionPolicy None: everything went %s after the cron", time.Since(deleted).Round(100*time.Millisecond))
-	for _, n := range []string{late.Name} {
+	for _, n := range []string{early.Name, late.Name} {
 		if err := s.c.Get(ctx, types.NamespacedName{Namespace: vms, Name: n}, &cdiv1.DataVolume{}); err != nil {
 			t.Errorf("clone %s after the cron went: %v", n, err)
 		}
