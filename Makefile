@@ -74,7 +74,7 @@ bench-upload: ## Upload throughput through the proxy as a ratio to a plain loopb
 bench-clone: ## Clone benchmarks on the local cluster: host-assisted vs cp --sparse=always, 2 vs 20 GiB virtual, snapshot and CSI clone at 1 and 8 GiB, peak RSS
 	bash hack/bench-clone.sh
 
-dev: ## Bring the local cluster up with Kubefill running and leave it up (make dev-down removes it)
+dev: ## Bring the local cluster up with Kubefill running and leave it up (INSTALLED=1: installed from manifests/ as Deployments from the image; make dev-down removes it)
 	bash hack/dev.sh
 
 dev-down: ## Tear the local cluster down
