@@ -7,8 +7,6 @@ import (
 	"os"
 	"sync"
 	"time"
-
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // PoolReloader is a CA bundle file (a mounted bundle ConfigMap or Secret
@@ -20,10 +18,10 @@ type PoolReloader struct {
 	// CheckInterval bounds how often the file is re-read; 1 s if zero.
 	CheckInterval time.Duration
 
-	mu        sync.Mutex
-	pem       []byte
-	pool      *x509.CertPool
-	lastCheck time.Time
+	mu      sync.Mutex
+	pem     []byte
+	pool    *x509.CertPool
+	recheck recheck
 }
 
 // NewPoolReloader loads file; it fails if it holds no PEM certificate now.
@@ -32,7 +30,7 @@ func NewPoolReloader(file string) (*PoolReloader, error) {
 	if _, err := r.reload(); err != nil {
 		return nil, err
 	}
-	r.lastCheck = time.Now()
+	r.recheck.last = time.Now()
 	return r, nil
 }
 
@@ -54,21 +52,8 @@ func (r *PoolReloader) reload() (bool, error) {
 
 // Pool is the bundle's current pool.
 func (r *PoolReloader) Pool() *x509.CertPool {
-	interval := r.CheckInterval
-	if interval <= 0 {
-		interval = time.Second
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if time.Since(r.lastCheck) >= interval {
-		r.lastCheck = time.Now()
-		changed, err := r.reload()
-		switch {
-		case err != nil:
-			logf.Log.WithName("pki").Error(err, "CA bundle changed but cannot be loaded; keeping the previous one")
-		case changed:
-			logf.Log.WithName("pki").Info("reloaded CA bundle", "file", r.file)
-		}
-	}
+	r.recheck.due(r.CheckInterval, r.reload, "CA bundle changed but cannot be loaded; keeping the previous one", "reloaded CA bundle", "file", r.file)
 	return r.pool
 }

@@ -7,8 +7,6 @@ import (
 	"os"
 	"sync"
 	"time"
-
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // ServingCert is a generated serving certificate and the CA that signed it.
@@ -46,11 +44,11 @@ type CertReloader struct {
 	// CheckInterval bounds how often the files are re-read; 1 s if zero.
 	CheckInterval time.Duration
 
-	mu        sync.Mutex
-	cert      *tls.Certificate
-	certPEM   []byte
-	keyPEM    []byte
-	lastCheck time.Time
+	mu      sync.Mutex
+	cert    *tls.Certificate
+	certPEM []byte
+	keyPEM  []byte
+	recheck recheck
 }
 
 // NewCertReloader loads certFile and keyFile; it fails if they do not form a pair now.
@@ -84,22 +82,9 @@ func (r *CertReloader) reload() (bool, error) {
 
 // GetCertificate is a tls.Config.GetCertificate callback.
 func (r *CertReloader) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-	interval := r.CheckInterval
-	if interval <= 0 {
-		interval = time.Second
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if time.Since(r.lastCheck) >= interval {
-		r.lastCheck = time.Now()
-		changed, err := r.reload()
-		switch {
-		case err != nil:
-			logf.Log.WithName("pki").Error(err, "serving certificate files changed but cannot be loaded; keeping the previous certificate")
-		case changed:
-			logf.Log.WithName("pki").Info("reloaded serving certificate", "cert", r.certFile)
-		}
-	}
+	r.recheck.due(r.CheckInterval, r.reload, "serving certificate files changed but cannot be loaded; keeping the previous certificate", "reloaded serving certificate", "cert", r.certFile)
 	return r.cert, nil
 }
 
