@@ -59,14 +59,11 @@ func InjectCABundle(ctx context.Context, c client.Client, r client.Reader, names
 	}
 	for i := range validating.Items {
 		w := &validating.Items[i]
-		dirty := false
+		configs := make([]*admissionregistrationv1.WebhookClientConfig, len(w.Webhooks))
 		for j := range w.Webhooks {
-			cc := &w.Webhooks[j].ClientConfig
-			if points(cc.Service) && !bytes.Equal(cc.CABundle, bundle) {
-				cc.CABundle, dirty = bundle, true
-			}
+			configs[j] = &w.Webhooks[j].ClientConfig
 		}
-		if dirty {
+		if setBundle(configs, points, bundle) {
 			if err := c.Update(ctx, w); err != nil {
 				return changed, fmt.Errorf("updating ValidatingWebhookConfiguration %s: %w", w.Name, err)
 			}
@@ -80,14 +77,11 @@ func InjectCABundle(ctx context.Context, c client.Client, r client.Reader, names
 	}
 	for i := range mutating.Items {
 		w := &mutating.Items[i]
-		dirty := false
+		configs := make([]*admissionregistrationv1.WebhookClientConfig, len(w.Webhooks))
 		for j := range w.Webhooks {
-			cc := &w.Webhooks[j].ClientConfig
-			if points(cc.Service) && !bytes.Equal(cc.CABundle, bundle) {
-				cc.CABundle, dirty = bundle, true
-			}
+			configs[j] = &w.Webhooks[j].ClientConfig
 		}
-		if dirty {
+		if setBundle(configs, points, bundle) {
 			if err := c.Update(ctx, w); err != nil {
 				return changed, fmt.Errorf("updating MutatingWebhookConfiguration %s: %w", w.Name, err)
 			}
@@ -95,4 +89,17 @@ func InjectCABundle(ctx context.Context, c client.Client, r client.Reader, names
 		}
 	}
 	return changed, nil
+}
+
+// setBundle sets bundle on the webhook client configs that point at the
+// Service, and says whether any changed. Validating and mutating
+// configurations share it.
+func setBundle(configs []*admissionregistrationv1.WebhookClientConfig, points func(*admissionregistrationv1.ServiceReference) bool, bundle []byte) bool {
+	dirty := false
+	for _, cc := range configs {
+		if points(cc.Service) && !bytes.Equal(cc.CABundle, bundle) {
+			cc.CABundle, dirty = bundle, true
+		}
+	}
+	return dirty
 }
