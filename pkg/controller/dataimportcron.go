@@ -111,16 +111,11 @@ func (r *DataImportCronReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Reader == nil {
 		r.Reader = mgr.GetAPIReader()
 	}
-	served, err := kindServed(mgr, volumeSnapshotGVK)
+	served, err := snapshotKindServed(mgr, volumeSnapshotGVK)
 	if err != nil {
 		return err
 	}
 	r.snapshots = served
-	if served && !mgr.GetScheme().Recognizes(volumeSnapshotGVK) {
-		if err := snapshotv1.AddToScheme(mgr.GetScheme()); err != nil {
-			return fmt.Errorf("adding snapshot.storage.k8s.io/v1 to the scheme: %w", err)
-		}
-	}
 	if err := registerOutdatedGauge(); err != nil {
 		return err
 	}

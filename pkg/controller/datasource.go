@@ -63,16 +63,11 @@ func (r *DataSourceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Client == nil {
 		r.Client = mgr.GetClient()
 	}
-	served, err := kindServed(mgr, volumeSnapshotGVK)
+	served, err := snapshotKindServed(mgr, volumeSnapshotGVK)
 	if err != nil {
 		return err
 	}
 	r.snapshots = served
-	if served && !mgr.GetScheme().Recognizes(volumeSnapshotGVK) {
-		if err := snapshotv1.AddToScheme(mgr.GetScheme()); err != nil {
-			return fmt.Errorf("adding snapshot.storage.k8s.io/v1 to the scheme: %w", err)
-		}
-	}
 	c := mgr.GetClient()
 	naming := func(what string) handler.EventHandler {
 		return handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, obj client.Object) []ctrl.Request {

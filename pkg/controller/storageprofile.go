@@ -109,7 +109,7 @@ func (r *StorageProfileReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Client == nil {
 		r.Client = mgr.GetClient()
 	}
-	served, err := kindServed(mgr, volumeSnapshotClassGVK)
+	served, err := snapshotKindServed(mgr, volumeSnapshotClassGVK)
 	if err != nil {
 		return err
 	}
@@ -121,11 +121,6 @@ func (r *StorageProfileReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.PersistentVolume{}, handler.EnqueueRequestsFromMapFunc(r.staticClassOf)).
 		Watches(&storagev1.CSIDriver{}, handler.EnqueueRequestsFromMapFunc(r.classesOfCSIDriver))
 	if served {
-		if !mgr.GetScheme().Recognizes(volumeSnapshotClassGVK) {
-			if err := snapshotv1.AddToScheme(mgr.GetScheme()); err != nil {
-				return fmt.Errorf("adding snapshot.storage.k8s.io/v1 to the scheme: %w", err)
-			}
-		}
 		b = b.Watches(&snapshotv1.VolumeSnapshotClass{}, handler.EnqueueRequestsFromMapFunc(r.classesOfDriver))
 		logger.Info("watching VolumeSnapshotClasses")
 	} else {
@@ -147,6 +142,20 @@ func kindServed(mgr ctrl.Manager, gvk schema.GroupVersionKind) (bool, error) {
 		return false, nil
 	}
 	return false, fmt.Errorf("looking up %s in the API: %w", gvk, err)
+}
+
+// snapshotKindServed is kindServed for a snapshot.storage.k8s.io kind, and
+// when it is served adds that API to the manager's scheme, so the
+// controllers that watch snapshots only when their CRDs exist can.
+func snapshotKindServed(mgr ctrl.Manager, gvk schema.GroupVersionKind) (bool, error) {
+	served, err := kindServed(mgr, gvk)
+	if err != nil || !served || mgr.GetScheme().Recognizes(gvk) {
+		return served, err
+	}
+	if err := snapshotv1.AddToScheme(mgr.GetScheme()); err != nil {
+		return false, fmt.Errorf("adding snapshot.storage.k8s.io/v1 to the scheme: %w", err)
+	}
+	return true, nil
 }
 
 // staticClassOf maps a PersistentVolume to its class when that class has no
