@@ -332,6 +332,8 @@ func (r *DataVolumeReconciler) updateStatus(ctx context.Context, dv *cdiv1.DataV
 			}
 		}
 		r.event(dv, eventType, reason, "UpdatePhase", msg)
+	} else if reason, msg, ok := workerFailureEvent(dv.Status.Conditions, status.Conditions); ok {
+		r.event(dv, corev1.EventTypeWarning, reason, "UpdatePhase", msg)
 	}
 	patch := client.MergeFrom(dv.DeepCopy())
 	dv.Status = status

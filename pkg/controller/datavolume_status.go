@@ -101,6 +101,33 @@ func ComputeStatus(dv *cdiv1.DataVolume, view ClaimView) cdiv1.DataVolumeStatus 
 	return st
 }
 
+// workerFailureEvent is the Warning event for a worker failure the
+// DataVolume's phase does not show (a worker that failed and is retried
+// stays in its phase): a Running condition that is False for a worker's
+// failure, with a message the old conditions did not have. As CDI, each new
+// failure message is told once.
+func workerFailureEvent(old, computed []cdiv1.DataVolumeCondition) (reason, message string, ok bool) {
+	var was, now *cdiv1.DataVolumeCondition
+	for i := range old {
+		if old[i].Type == cdiv1.DataVolumeRunning {
+			was = &old[i]
+		}
+	}
+	for i := range computed {
+		if computed[i].Type == cdiv1.DataVolumeRunning {
+			now = &computed[i]
+		}
+	}
+	if now == nil || now.Status != corev1.ConditionFalse || now.Message == "" || (was != nil && was.Message == now.Message) {
+		return "", "", false
+	}
+	switch now.Reason {
+	case cdiv1.ReasonError, "Retrying", "CrashLoopBackOff":
+		return now.Reason, now.Message, true
+	}
+	return "", "", false
+}
+
 // reasonExceededQuota is CDI's reason for a claim a ResourceQuota refuses.
 const reasonExceededQuota = "ErrExceededQuota"
 

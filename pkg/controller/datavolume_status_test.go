@@ -129,3 +129,35 @@ func TestCountPending(t *testing.T) {
 		t.Errorf("CountPending = %d, want 3 (Pending or unset, on the default class)", n)
 	}
 }
+
+func TestWorkerFailureEvent(t *testing.T) {
+	running := func(status corev1.ConditionStatus, reason, msg string) []cdiv1.DataVolumeCondition {
+		return []cdiv1.DataVolumeCondition{{Type: cdiv1.DataVolumeBound, Status: corev1.ConditionTrue},
+			{Type: cdiv1.DataVolumeRunning, Status: status, Reason: reason, Message: msg}}
+	}
+	oom := "attempt 1 failed: the importer ran out of memory: it was killed at its 8Mi memory limit; raise spec.podResourceRequirements.limits.memory in CDIConfig config; retrying in 10s"
+	cases := []struct {
+		name          string
+		old, computed []cdiv1.DataVolumeCondition
+		want          bool
+	}{
+		{"a retried failure is told", running(corev1.ConditionTrue, cdiv1.ReasonTransferRunning, ""), running(corev1.ConditionFalse, "Retrying", oom), true},
+		{"from no conditions", nil, running(corev1.ConditionFalse, "Retrying", oom), true},
+		{"the same message once", running(corev1.ConditionFalse, "Retrying", oom), running(corev1.ConditionFalse, "Retrying", oom), false},
+		{"a crash loop", nil, running(corev1.ConditionFalse, "CrashLoopBackOff", "the importer ran out of memory"), true},
+		{"running is no failure", nil, running(corev1.ConditionTrue, cdiv1.ReasonTransferRunning, "x"), false},
+		{"a pending pod is no failure", nil, running(corev1.ConditionFalse, "Pending", "0/1 nodes are available"), false},
+		{"no message, nothing to tell", nil, running(corev1.ConditionFalse, cdiv1.ReasonError, ""), false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			reason, msg, ok := workerFailureEvent(c.old, c.computed)
+			if ok != c.want {
+				t.Fatalf("workerFailureEvent = %q %q %v; want %v", reason, msg, ok, c.want)
+			}
+			if ok && (reason != c.computed[1].Reason || msg != c.computed[1].Message) {
+				t.Errorf("event %q %q, want the running condition's %q %q", reason, msg, c.computed[1].Reason, c.computed[1].Message)
+			}
+		})
+	}
+}

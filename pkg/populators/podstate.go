@@ -35,8 +35,17 @@ func PodState(pod *corev1.Pod) Result {
 		switch {
 		case cs.State.Waiting != nil && cs.State.Waiting.Reason != "":
 			s.Reason, s.Message = cs.State.Waiting.Reason, cs.State.Waiting.Message
+			if oomKilled(cs.LastTerminationState.Terminated) {
+				// Restarted after an OOM kill (CrashLoopBackOff): the kill is the news.
+				s.Message, s.Event = outOfMemory(pod, cs.Name, worker), corev1.EventTypeWarning
+			}
 		case cs.State.Running != nil:
 			s.Reason = cdiv1.ReasonTransferRunning
+		case cs.State.Terminated != nil && oomKilled(cs.State.Terminated):
+			// The kernel killed it at its memory limit: it wrote no termination
+			// message, and exit 137 alone tells the user nothing.
+			st.Phase, s.Reason = corev1.PodFailed, cdiv1.ReasonError
+			s.Message, s.Event = outOfMemory(pod, cs.Name, worker), corev1.EventTypeWarning
 		case cs.State.Terminated != nil:
 			term := cs.State.Terminated
 			msg, parsed := contract.DecodeTermination(term.Message)
@@ -62,4 +71,34 @@ func PodState(pod *corev1.Pod) Result {
 	}
 	s.Done = st.Phase == corev1.PodSucceeded
 	return s
+}
+
+// reasonOOMKilled is the kubelet's reason for a container the kernel killed
+// for memory (exit 137).
+const reasonOOMKilled = "OOMKilled"
+
+func oomKilled(term *corev1.ContainerStateTerminated) bool {
+	return term != nil && term.Reason == reasonOOMKilled
+}
+
+// outOfMemory explains an OOM-killed worker: the memory limit it was killed
+// at, read from the pod's container, and where a cluster admin raises it.
+func outOfMemory(pod *corev1.Pod, container, worker string) string {
+	raise := fmt.Sprintf("spec.podResourceRequirements.limits.memory in CDIConfig %s", cdiv1.CDIConfigName)
+	for _, c := range pod.Spec.Containers {
+		if c.Name != container {
+			continue
+		}
+		if limit, ok := c.Resources.Limits[corev1.ResourceMemory]; ok && !limit.IsZero() {
+			return fmt.Sprintf("the %s ran out of memory: it was killed at its %s memory limit; raise %s", worker, limit.String(), raise)
+		}
+	}
+	return fmt.Sprintf("the %s ran out of memory: the node killed it (it has no memory limit); free memory on node %s or set %s", worker, nodeOf(pod), raise)
+}
+
+func nodeOf(pod *corev1.Pod) string {
+	if pod.Spec.NodeName == "" {
+		return "(none yet)"
+	}
+	return pod.Spec.NodeName
 }

@@ -5,6 +5,9 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 )
 
 func terminated(code int32, msg string) *corev1.Pod {
@@ -42,5 +45,67 @@ func TestPodState(t *testing.T) {
 				t.Errorf("PodState = phase %s permanent %v message %q; want %s %v containing %q", s.Pod.Phase, s.Permanent, s.Message, c.phase, c.permanent, c.message)
 			}
 		})
+	}
+}
+
+// oomPod is an importer pod whose container was OOM-killed: now (state) or
+// before a restart (lastState, the container now waiting in CrashLoopBackOff).
+func oomPod(limit string, crashLoop bool) *corev1.Pod {
+	pod := &corev1.Pod{Spec: corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "importer"}}}}
+	pod.Labels = map[string]string{cdiv1.LabelComponent: "importer"}
+	if limit != "" {
+		pod.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(limit)}
+	}
+	killed := &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"}
+	cs := corev1.ContainerStatus{Name: "importer"}
+	if crashLoop {
+		pod.Status.Phase = corev1.PodRunning
+		cs.RestartCount = 3
+		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: "back-off 40s restarting failed container"}
+		cs.LastTerminationState.Terminated = killed
+	} else {
+		pod.Status.Phase = corev1.PodFailed
+		cs.State.Terminated = killed
+	}
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{cs}
+	return pod
+}
+
+func TestPodStateOOMKilled(t *testing.T) {
+	const raise = "raise spec.podResourceRequirements.limits.memory in CDIConfig config"
+	cases := []struct {
+		name     string
+		pod      *corev1.Pod
+		phase    corev1.PodPhase
+		reason   string
+		restarts int32
+		message  string
+	}{
+		{"killed at its limit", oomPod("64Mi", false), corev1.PodFailed, "Error", 0,
+			"the importer ran out of memory: it was killed at its 64Mi memory limit; " + raise},
+		{"crash loop keeps the OOM explanation", oomPod("8Mi", true), corev1.PodRunning, "CrashLoopBackOff", 3,
+			"the importer ran out of memory: it was killed at its 8Mi memory limit; " + raise},
+		{"no limit: the node killed it", oomPod("", false), corev1.PodFailed, "Error", 0,
+			"the importer ran out of memory: the node killed it (it has no memory limit); free memory on node node-1 or set spec.podResourceRequirements.limits.memory in CDIConfig config"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := PodState(c.pod)
+			if s.Pod.Phase != c.phase || s.Reason != c.reason || s.Message != c.message || s.Pod.Restarts != c.restarts {
+				t.Errorf("PodState = phase %s reason %q restarts %d message %q;\nwant phase %s reason %q restarts %d message %q",
+					s.Pod.Phase, s.Reason, s.Pod.Restarts, s.Message, c.phase, c.reason, c.restarts, c.message)
+			}
+			if s.Permanent || s.Done {
+				t.Errorf("an OOM kill is retryable and not done: permanent %v done %v", s.Permanent, s.Done)
+			}
+			if s.Event != corev1.EventTypeWarning {
+				t.Errorf("an OOM kill raises a Warning event on the claim, got event %q", s.Event)
+			}
+		})
+	}
+	// An exit 137 that is not an OOM kill (SIGKILL by hand) keeps the plain code.
+	plain := PodState(terminated(137, ""))
+	if strings.Contains(plain.Message, "memory") || plain.Event != "" {
+		t.Errorf("a plain exit 137 is not an OOM kill: message %q event %q", plain.Message, plain.Event)
 	}
 }
