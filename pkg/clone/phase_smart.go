@@ -54,7 +54,7 @@ func (p *snapshotPhase) Reconcile(ctx context.Context, f *populators.Flow) (popu
 			},
 		}
 		if err := r.k.Client.Create(ctx, snap); err != nil && !apierrors.IsAlreadyExists(err) {
-			if res, ok := refusedCreate(err, "VolumeSnapshot", key); ok {
+			if res, ok := refusedCreate(err, "VolumeSnapshot", key, f.Target); ok {
 				return res, nil
 			}
 			return populators.Result{}, fmt.Errorf("creating VolumeSnapshot %s: %w", key, err)
@@ -191,7 +191,7 @@ func (r *run) ensureSourceRestore(ctx context.Context, f *populators.Flow) (popu
 		pvc.Annotations[cdiv1.AnnSelectedNode] = node
 	}
 	if err := r.k.Client.Create(ctx, pvc); err != nil && !apierrors.IsAlreadyExists(err) {
-		if res, ok := refusedCreate(err, "PersistentVolumeClaim", key); ok {
+		if res, ok := refusedCreate(err, "PersistentVolumeClaim", key, f.Target); ok {
 			return res, nil
 		}
 		return populators.Result{}, fmt.Errorf("creating %s: %w", key, err)
@@ -261,10 +261,42 @@ func tempMeta(f *populators.Flow, name string) metav1.ObjectMeta {
 }
 
 // refusedCreate turns a create refused by a quota or a policy into a wait
-// the user sees.
-func refusedCreate(err error, what string, key types.NamespacedName) (populators.Result, bool) {
+// the user sees: a ResourceQuota's refusal says which quota, in which
+// namespace, and what the temporary object is for (CDI's ErrExceededQuota);
+// another refusal is the API's, named for what was refused.
+func refusedCreate(err error, what string, key types.NamespacedName, target *corev1.PersistentVolumeClaim) (populators.Result, bool) {
+	if q, ok := populators.ParseQuotaExceeded(err); ok {
+		return wait(populators.ReasonExceededQuota, explainTempQuota(q, what, key, target), quotaRetry), true
+	}
 	if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) {
 		return populators.Result{}, false
 	}
-	return wait("ErrExceededQuota", fmt.Sprintf("cannot create the clone's %s %s: %v", what, key, err), 30*time.Second), true
+	return wait(populators.ReasonExceededQuota, fmt.Sprintf("cannot create the clone's temporary %s %s: %v", what, key, err), 30*time.Second), true
+}
+
+// quotaRetry is how soon a temporary object a quota refused is tried again
+// (the prime's pace).
+const quotaRetry = 15 * time.Second
+
+// explainTempQuota says which quota refused a clone's temporary object and
+// what to do, in the style of QuotaExceeded.Explain for the prime. It is pure.
+func explainTempQuota(q *populators.QuotaExceeded, what string, key types.NamespacedName, target *corev1.PersistentVolumeClaim) string {
+	purpose := "that the clone of " + target.Name + " makes"
+	switch {
+	case what == "VolumeSnapshot":
+		purpose = "that the clone of " + target.Name + " takes of its source"
+	case what == "PersistentVolumeClaim":
+		purpose = "that restores the source snapshot for the copy to " + target.Name
+	}
+	msg := fmt.Sprintf("exceeded quota: %s: the ResourceQuota %s in namespace %s has no room for the temporary %s %s %s",
+		q.Quota, q.Quota, key.Namespace, what, key.Name, purpose)
+	if q.Requested != "" {
+		msg += fmt.Sprintf(" (requested %s, used %s, limited %s)", q.Requested, q.Used, q.Limited)
+	}
+	if key.Namespace == target.Namespace {
+		msg += "; it lives until the clone is done and counts against the quota with the claim"
+	} else {
+		msg += "; it lives next to the clone's source and counts against that namespace's quota"
+	}
+	return msg + ". Nothing was created beyond what was asked; this goes on by itself once the quota has room (raise it or free storage)"
 }

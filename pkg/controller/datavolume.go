@@ -320,6 +320,7 @@ func (r *DataVolumeReconciler) updateStatus(ctx context.Context, dv *cdiv1.DataV
 	if reflect.DeepEqual(status, dv.Status) {
 		return nil
 	}
+	told := ""
 	if status.Phase != dv.Status.Phase {
 		eventType := corev1.EventTypeNormal
 		if status.Phase == cdiv1.Failed {
@@ -332,7 +333,11 @@ func (r *DataVolumeReconciler) updateStatus(ctx context.Context, dv *cdiv1.DataV
 			}
 		}
 		r.event(dv, eventType, reason, "UpdatePhase", msg)
-	} else if reason, msg, ok := workerFailureEvent(dv.Status.Conditions, status.Conditions); ok {
+		told = msg
+	}
+	// The DataVolume's own problems (view.Problem) had their event where they
+	// were found; a phase event may already carry the message.
+	if reason, msg, ok := workerFailureEvent(dv.Status.Conditions, status.Conditions); ok && view.Problem == "" && !strings.Contains(told, msg) {
 		r.event(dv, corev1.EventTypeWarning, reason, "UpdatePhase", msg)
 	}
 	patch := client.MergeFrom(dv.DeepCopy())

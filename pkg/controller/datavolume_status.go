@@ -101,11 +101,11 @@ func ComputeStatus(dv *cdiv1.DataVolume, view ClaimView) cdiv1.DataVolumeStatus 
 	return st
 }
 
-// workerFailureEvent is the Warning event for a worker failure the
-// DataVolume's phase does not show (a worker that failed and is retried
-// stays in its phase): a Running condition that is False for a worker's
-// failure, with a message the old conditions did not have. As CDI, each new
-// failure message is told once.
+// workerFailureEvent is the Warning event for a failure or a refusal the
+// DataVolume's phase does not show (a worker that failed and is retried, a
+// temporary claim a quota refuses: the DataVolume stays in its phase): a
+// Running condition that is False for such a reason, with a message the old
+// conditions did not have. As CDI, each new message is told once.
 func workerFailureEvent(old, computed []cdiv1.DataVolumeCondition) (reason, message string, ok bool) {
 	var was, now *cdiv1.DataVolumeCondition
 	for i := range old {
@@ -122,7 +122,7 @@ func workerFailureEvent(old, computed []cdiv1.DataVolumeCondition) (reason, mess
 		return "", "", false
 	}
 	switch now.Reason {
-	case cdiv1.ReasonError, "Retrying", "CrashLoopBackOff":
+	case cdiv1.ReasonError, "Retrying", "CrashLoopBackOff", reasonExceededQuota:
 		return now.Reason, now.Message, true
 	}
 	return "", "", false
