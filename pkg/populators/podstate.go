@@ -102,3 +102,19 @@ func nodeOf(pod *corev1.Pod) string {
 	}
 	return pod.Spec.NodeName
 }
+
+// explainPod says which quota refused a worker pod, in the style of Explain.
+func (q *QuotaExceeded) explainPod(noun string, pod *corev1.Pod, target *corev1.PersistentVolumeClaim) string {
+	msg := fmt.Sprintf("exceeded quota: %s: the ResourceQuota %s in namespace %s has no room for the %s %s that fills %s", q.Quota, q.Quota, pod.Namespace, noun, pod.Name, target.Name)
+	if q.Requested != "" {
+		msg += fmt.Sprintf(" (requested %s, used %s, limited %s)", q.Requested, q.Used, q.Limited)
+	}
+	if pod.Namespace != target.Namespace {
+		msg += "; it runs next to the clone's source and counts against that namespace's quota"
+	}
+	hint := "raise it or free room"
+	if strings.Contains(q.Requested, "memory") || strings.Contains(q.Requested, "cpu") {
+		hint = "raise it, free room, or lower spec.podResourceRequirements in CDIConfig " + cdiv1.CDIConfigName
+	}
+	return msg + ". Nothing was started; this goes on by itself once the quota has room (" + hint + ")"
+}

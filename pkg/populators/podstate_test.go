@@ -1,11 +1,18 @@
 package populators
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 )
@@ -107,5 +114,40 @@ func TestPodStateOOMKilled(t *testing.T) {
 	plain := PodState(terminated(137, ""))
 	if strings.Contains(plain.Message, "memory") || plain.Event != "" {
 		t.Errorf("a plain exit 137 is not an OOM kill: message %q event %q", plain.Message, plain.Event)
+	}
+}
+
+// TestWorkerPodRefusedByQuota: a worker pod a ResourceQuota refuses says
+// which quota, how much, and where to lower the workers' requests; nothing
+// runs and the phase looks again.
+func TestWorkerPodRefusedByQuota(t *testing.T) {
+	f, _ := testFlow(t, corev1.PersistentVolumeFilesystem, &cdiv1.VolumeImportSource{Spec: cdiv1.VolumeImportSourceSpec{
+		Source: &cdiv1.ImportSourceType{Blank: &cdiv1.DataVolumeBlankImage{}}}})
+	base := f.Client
+	refused := errors.New("exceeded quota: pods, requested: requests.memory=600M, used: requests.memory=1G, limited: requests.memory=1G")
+	f.Client = interceptor.NewClient(base.(client.WithWatch), interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if _, ok := obj.(*corev1.Pod); ok {
+				return apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, obj.GetName(), refused)
+			}
+			return c.Create(ctx, obj, opts...)
+		}})
+	kind := &ImportKind{Client: f.Client, MaxRetries: 3, Backoff: 10 * time.Second}
+	w := kind.Plan()[1].(*WorkerPhase)
+	res, err := w.Reconcile(context.Background(), f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"exceeded quota: pods", "the ResourceQuota pods in namespace vms has no room for the importer pod importer-prime-u-1",
+		"(requested requests.memory=600M, used requests.memory=1G, limited requests.memory=1G)", "Nothing was started", "lower spec.podResourceRequirements in CDIConfig config"} {
+		if !strings.Contains(res.Message, want) {
+			t.Errorf("message %q lacks %q", res.Message, want)
+		}
+	}
+	if res.Reason != ReasonExceededQuota || res.Event != corev1.EventTypeWarning || res.RetryAfter <= 0 || res.Done || res.Permanent {
+		t.Errorf("result %+v: want ErrExceededQuota, a Warning event, a retried wait", res)
+	}
+	if err := base.Get(context.Background(), client.ObjectKey{Namespace: "vms", Name: "importer-prime-u-1"}, &corev1.Pod{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a refused pod exists: %v", err)
 	}
 }

@@ -123,6 +123,12 @@ func (w *WorkerPhase) Reconcile(ctx context.Context, f *Flow) (Result, error) {
 	pod = w.render(f, name, spec, config)
 	restarts := int32(max(st.Attempts-1, 0))
 	if err := w.Client.Create(ctx, pod); err != nil && !apierrors.IsAlreadyExists(err) {
+		if q, ok := ParseQuotaExceeded(err); ok {
+			// A pod quota (count/pods, requests.memory) in the worker's
+			// namespace: say which, and go on once it has room.
+			return Result{Pod: &PodStatus{Restarts: restarts}, Reason: ReasonExceededQuota, Event: corev1.EventTypeWarning, RetryAfter: quotaRetry,
+				Message: q.explainPod(spec.Noun, pod, f.Target)}, nil
+		}
 		if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
 			// The user can fix these (quota, priority class, policy): tell them.
 			return Result{Pod: &PodStatus{Restarts: restarts}, Reason: "ErrStartingPod", Event: corev1.EventTypeWarning,
