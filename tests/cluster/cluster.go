@@ -105,6 +105,10 @@ type Cluster struct {
 
 	stopMu  sync.Mutex
 	stopped bool
+
+	// launches remembers how each component was started, so that Restart
+	// can start it again the same way.
+	launches map[string]launch
 }
 
 // StartT starts a cluster for a test and stops it in t.Cleanup. It fails the
@@ -295,6 +299,10 @@ func (c *Cluster) run(name string, env []string, bin string, args ...string) (pr
 	if err != nil {
 		return rec, err
 	}
+	if c.launches == nil {
+		c.launches = map[string]launch{}
+	}
+	c.launches[name] = launch{env: env, bin: bin, args: args}
 	return rec, c.addProcess(rec)
 }
 
