@@ -163,9 +163,17 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		source, err := r.Kind.GetSource(ctx, types.NamespacedName{Namespace: SourceNamespace(target), Name: target.Spec.DataSourceRef.Name})
 		if apierrors.IsNotFound(err) {
-			r.event(target, corev1.EventTypeWarning, "SourceMissing", "WaitForSource",
-				fmt.Sprintf("%s %s not found; waiting for it to be created", r.Kind.Name(), target.Spec.DataSourceRef.Name))
-			return ctrl.Result{RequeueAfter: 10 * time.Second}, nil
+			msg := fmt.Sprintf("%s %s not found; waiting for it to be created", r.Kind.Name(), target.Spec.DataSourceRef.Name)
+			if IsCrossNamespace(target) {
+				msg = fmt.Sprintf("%s %s/%s not found in the source namespace %s; waiting for it to be created",
+					r.Kind.Name(), SourceNamespace(target), target.Spec.DataSourceRef.Name, SourceNamespace(target))
+			}
+			r.event(target, corev1.EventTypeWarning, "SourceMissing", "WaitForSource", msg)
+			// The claim says so too: a source gone mid-flow (its namespace
+			// deleted) leaves no worker whose state would still show as running.
+			return ctrl.Result{RequeueAfter: 10 * time.Second}, patchAnnotations(ctx, r.Client, target, map[string]string{
+				cdiv1.AnnRunningCondition: "false", cdiv1.AnnRunningConditionReason: "SourceMissing", cdiv1.AnnRunningConditionMessage: msg,
+			})
 		}
 		if err != nil {
 			return ctrl.Result{}, fmt.Errorf("reading %s %s: %w", r.Kind.Name(), target.Spec.DataSourceRef.Name, err)
