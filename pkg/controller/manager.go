@@ -90,7 +90,7 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
 		installNS = os.Getenv("POD_NAMESPACE")
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Cache:                   installCache(installNS),
+		Cache:                   managerCache(installNS),
 		Scheme:                  NewScheme(),
 		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsBindAddress},
 		HealthProbeBindAddress:  opts.HealthProbeBindAddress,
