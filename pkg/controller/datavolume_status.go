@@ -122,7 +122,7 @@ func workerFailureEvent(old, computed []cdiv1.DataVolumeCondition) (reason, mess
 		return "", "", false
 	}
 	switch now.Reason {
-	case cdiv1.ReasonError, "Retrying", "CrashLoopBackOff", reasonExceededQuota:
+	case cdiv1.ReasonError, "Retrying", "Backoff", "CrashLoopBackOff", reasonExceededQuota:
 		return now.Reason, now.Message, true
 	}
 	return "", "", false

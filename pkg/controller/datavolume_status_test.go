@@ -145,6 +145,7 @@ func TestWorkerFailureEvent(t *testing.T) {
 		{"from no conditions", nil, running(corev1.ConditionFalse, "Retrying", oom), true},
 		{"the same message once", running(corev1.ConditionFalse, "Retrying", oom), running(corev1.ConditionFalse, "Retrying", oom), false},
 		{"a temporary claim refused by a quota", running(corev1.ConditionTrue, cdiv1.ReasonTransferRunning, ""), running(corev1.ConditionFalse, "ErrExceededQuota", "exceeded quota: q"), true},
+		{"the backoff after it, a new message", running(corev1.ConditionFalse, "Retrying", "x"), running(corev1.ConditionFalse, "Backoff", oom), true},
 		{"a crash loop", nil, running(corev1.ConditionFalse, "CrashLoopBackOff", "the importer ran out of memory"), true},
 		{"running is no failure", nil, running(corev1.ConditionTrue, cdiv1.ReasonTransferRunning, "x"), false},
 		{"a pending pod is no failure", nil, running(corev1.ConditionFalse, "Pending", "0/1 nodes are available"), false},

@@ -151,3 +151,24 @@ func TestWorkerPodRefusedByQuota(t *testing.T) {
 		t.Errorf("a refused pod exists: %v", err)
 	}
 }
+
+func TestBackoffMessageKeepsTheFailure(t *testing.T) {
+	oom := "attempt 1 failed: the importer ran out of memory: it was killed at its 8Mi memory limit; raise spec.podResourceRequirements.limits.memory in CDIConfig config; retrying in 10s"
+	cases := []struct {
+		name, reason, message, want string
+	}{
+		{"right after the retry", reasonRetrying, oom, oom},
+		{"later in the backoff", reasonBackoff, oom, oom},
+		{"nothing retried yet", "Pending", "", "waiting before the next attempt"},
+		{"another reason's message is not a failure", "ErrExceededQuota", "exceeded quota: q", "waiting before the next attempt"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			target := &corev1.PersistentVolumeClaim{}
+			target.Annotations = map[string]string{cdiv1.AnnRunningConditionReason: c.reason, cdiv1.AnnRunningConditionMessage: c.message}
+			if got := backoffMessage(target, "waiting before the next attempt"); got != c.want {
+				t.Errorf("backoffMessage = %q, want %q", got, c.want)
+			}
+		})
+	}
+}

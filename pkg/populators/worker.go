@@ -63,8 +63,25 @@ type DataClaim struct {
 	ReadOnly  bool
 }
 
-// reasonRetrying is a replaced worker's reason: it failed and a new one starts.
-const reasonRetrying = "Retrying"
+// reasonRetrying is a replaced worker's reason: it failed and a new one
+// starts; reasonBackoff the wait before the new one.
+const (
+	reasonRetrying = "Retrying"
+	reasonBackoff  = "Backoff"
+)
+
+// backoffMessage is what the target shows while the next worker waits: the
+// failure it retries (an OOM kill, a dropped source) stays in view for the
+// whole backoff, not only for the moment the failed pod was replaced.
+func backoffMessage(target *corev1.PersistentVolumeClaim, waiting string) string {
+	switch target.Annotations[cdiv1.AnnRunningConditionReason] {
+	case reasonRetrying, reasonBackoff:
+		if last := target.Annotations[cdiv1.AnnRunningConditionMessage]; last != "" {
+			return last
+		}
+	}
+	return waiting
+}
 
 // WorkerPhase runs a kind's worker pod on the prime until it succeeds, and
 // starts it again after a retryable failure as its RetryPolicy says. The
@@ -110,7 +127,7 @@ func (w *WorkerPhase) Reconcile(ctx context.Context, f *Flow) (Result, error) {
 	// No pod: start one unless the last one's backoff is still running.
 	failedSoFar := int32(st.Attempts)
 	if d := decideRetry(w.Retry, st, nil, w.now()); d.Action == holdOff {
-		return Result{Pod: &PodStatus{Restarts: failedSoFar}, Reason: "Backoff", Message: d.Message, RetryAfter: d.Wait}, nil
+		return Result{Pod: &PodStatus{Restarts: failedSoFar}, Reason: reasonBackoff, Message: backoffMessage(f.Target, d.Message), RetryAfter: d.Wait}, nil
 	}
 	config := &cdiv1.CDIConfig{}
 	if err := w.Client.Get(ctx, types.NamespacedName{Name: cdiv1.CDIConfigName}, config); client.IgnoreNotFound(err) != nil {
