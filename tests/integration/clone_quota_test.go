@@ -8,9 +8,13 @@ import (
 	"testing"
 	"time"
 
+	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v6/apis/volumesnapshot/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
@@ -195,4 +199,104 @@ func TestCloneQuotaRefusingTheTemporaryClaim(t *testing.T) {
 		}, describe)
 	t.Logf("temporary claim %s and its upload server made %s after the quota was raised; DataVolume %s, Running %+v",
 		tmp, time.Since(start).Round(100*time.Millisecond), got.Status.Phase, kit.DataVolumeCondition(got, cdiv1.DataVolumeRunning))
+}
+
+// TestCloneQuotaRefusingTheSnapshotRestore: a host-assisted clone of a
+// VolumeSnapshot first restores it into tmp-source-pvc-<uid> for the copy
+// to read. A quota with room for the target but not for that restore: the
+// claim says which quota refused which temporary claim (ErrExceededQuota,
+// not the API's text), with a Warning event; nothing but the target is
+// created; once the quota is raised the restore is made.
+func TestCloneQuotaRefusingTheSnapshotRestore(t *testing.T) {
+	ctx := context.Background()
+	sc := useSnapshotControlPlane(t)
+	ns, installNS := newNamespace(t), newNamespace(t)
+	srcClass, tgtClass := ns+"-a", ns+"-b"
+	mode := storagev1.VolumeBindingImmediate
+	mustCreate(t, k8sClient, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: srcClass}, Provisioner: cloneDriver, VolumeBindingMode: &mode})
+	mustCreate(t, k8sClient, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: tgtClass}, Provisioner: "other.csi.kubefill.test", VolumeBindingMode: &mode})
+	mustCreate(t, k8sClient, &cdiv1.StorageProfile{ObjectMeta: metav1.ObjectMeta{Name: tgtClass}, Spec: cdiv1.StorageProfileSpec{
+		ClaimPropertySets: []cdiv1.ClaimPropertySet{rwoFilesystem}}})
+	zero := "0"
+	setQuota(t, ns, "restores", "1536Mi", &zero)
+	runManager(t, controller.ManagerOptions{MetricsBindAddress: "0", HealthProbeBindAddress: "0",
+		WorkerImage: "kubefill/kubefill:test", InstallNamespace: installNS})
+
+	contentName := "content-" + ns
+	snap := &snapshotv1.VolumeSnapshot{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "golden-snap"},
+		Spec: snapshotv1.VolumeSnapshotSpec{Source: snapshotv1.VolumeSnapshotSource{VolumeSnapshotContentName: ptr.To(contentName)}}}
+	mustCreate(t, sc, snap)
+	mustCreate(t, sc, &snapshotv1.VolumeSnapshotContent{ObjectMeta: metav1.ObjectMeta{Name: contentName}, Spec: snapshotv1.VolumeSnapshotContentSpec{
+		Driver: cloneDriver, DeletionPolicy: snapshotv1.VolumeSnapshotContentRetain,
+		Source:            snapshotv1.VolumeSnapshotContentSource{SnapshotHandle: ptr.To("h-1")},
+		VolumeSnapshotRef: corev1.ObjectReference{Namespace: ns, Name: snap.Name}, SourceVolumeMode: ptr.To(corev1.PersistentVolumeFilesystem)}})
+	snap.Status = &snapshotv1.VolumeSnapshotStatus{BoundVolumeSnapshotContentName: ptr.To(contentName), ReadyToUse: ptr.To(true),
+		RestoreSize: ptr.To(resource.MustParse("1Gi")), CreationTime: ptr.To(metav1.Now())}
+	if err := sc.Status().Update(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, k8sClient, &cdiv1.VolumeCloneSource{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vcs"},
+		Spec: cdiv1.VolumeCloneSourceSpec{Source: corev1.TypedLocalObjectReference{APIGroup: ptr.To("snapshot.storage.k8s.io"), Kind: "VolumeSnapshot", Name: snap.Name}}})
+
+	target := kit.PVC(ns, "disk", "1Gi", kit.Class(tgtClass), kit.SourceRef(cdiv1.VolumeCloneSourceRef, "vcs"))
+	mustCreate(t, k8sClient, target)
+	restoreName := clone.TmpSourceClaimName(target.UID)
+	describe := func(p *corev1.PersistentVolumeClaim) string {
+		list := &corev1.EventList{}
+		_ = k8sClient.List(ctx, list, client.InNamespace(ns))
+		var b strings.Builder
+		fmt.Fprintf(&b, "target annotations %v\n", p.Annotations)
+		for _, e := range list.Items {
+			fmt.Fprintf(&b, "event on %s %s: %s %s %q\n", e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Type, e.Reason, e.Message)
+		}
+		return b.String()
+	}
+	getTarget := func() (*corev1.PersistentVolumeClaim, error) {
+		p := &corev1.PersistentVolumeClaim{}
+		return p, k8sClient.Get(ctx, client.ObjectKeyFromObject(target), p)
+	}
+	got := kit.Await(t, 60*time.Second, 200*time.Millisecond, "the claim to name the quota refusing the restore", getTarget,
+		func(p *corev1.PersistentVolumeClaim) bool {
+			return p.Annotations[cdiv1.AnnRunningConditionReason] == "ErrExceededQuota" && strings.Contains(p.Annotations[cdiv1.AnnRunningConditionMessage], restoreName)
+		}, describe)
+	msg := got.Annotations[cdiv1.AnnRunningConditionMessage]
+	for _, want := range []string{"exceeded quota: restores", "the ResourceQuota restores in namespace " + ns, "temporary PersistentVolumeClaim " + restoreName,
+		"restores the source snapshot for the copy to disk", "requested requests.storage=1Gi", "used requests.storage=1Gi", "limited requests.storage=1536Mi",
+		"Nothing was created beyond what was asked", "goes on by itself"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("running condition %q lacks %q", msg, want)
+		}
+	}
+	if strings.Contains(msg, "is forbidden") {
+		t.Errorf("running condition is the API's raw text: %q", msg)
+	}
+	kit.Until(t, 30*time.Second, "an ErrExceededQuota Warning event on the claim", func() bool {
+		list := &corev1.EventList{}
+		if err := k8sClient.List(ctx, list, client.InNamespace(ns)); err != nil {
+			return false
+		}
+		for _, e := range list.Items {
+			if e.InvolvedObject.Name == "disk" && e.Type == corev1.EventTypeWarning && e.Reason == "ErrExceededQuota" && strings.Contains(e.Message, restoreName) {
+				return true
+			}
+		}
+		return false
+	})
+	claims := &corev1.PersistentVolumeClaimList{}
+	if err := k8sClient.List(ctx, claims, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	if len(claims.Items) != 1 {
+		var names []string
+		for _, c := range claims.Items {
+			names = append(names, c.Name)
+		}
+		t.Errorf("claims while the restore is refused: %v, want only the target", names)
+	}
+
+	setQuota(t, ns, "restores", "5Gi", nil)
+	kit.Until(t, 60*time.Second, "the restore "+restoreName+" once the quota has room", func() bool {
+		return k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: restoreName}, &corev1.PersistentVolumeClaim{}) == nil
+	})
+	t.Logf("refused: %q; restore made once the quota was raised", msg)
 }
