@@ -77,8 +77,14 @@ func PodState(pod *corev1.Pod) Result {
 // for memory (exit 137).
 const reasonOOMKilled = "OOMKilled"
 
+// oomKilled: the kernel killed the container for memory, or killed the
+// runtime's init before the worker even started (runc's "container init
+// was OOM-killed (memory limit too low?)", a StartError).
 func oomKilled(term *corev1.ContainerStateTerminated) bool {
-	return term != nil && term.Reason == reasonOOMKilled
+	if term == nil {
+		return false
+	}
+	return term.Reason == reasonOOMKilled || (term.Reason == "StartError" && strings.Contains(term.Message, "OOM-killed"))
 }
 
 // outOfMemory explains an OOM-killed worker: the memory limit it was killed

@@ -110,6 +110,13 @@ func TestPodStateOOMKilled(t *testing.T) {
 			}
 		})
 	}
+	// runc's init killed at the limit before the worker started.
+	start := oomPod("4Mi", false)
+	start.Status.ContainerStatuses[0].State.Terminated = &corev1.ContainerStateTerminated{ExitCode: 128, Reason: "StartError",
+		Message: "failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create failed: unable to start container process: container init was OOM-killed (memory limit too low?)"}
+	if s := PodState(start); s.Message != "the importer ran out of memory: it was killed at its 4Mi memory limit; "+raise || s.Pod.Phase != corev1.PodFailed {
+		t.Errorf("a StartError from an OOM-killed init: phase %s message %q", s.Pod.Phase, s.Message)
+	}
 	// An exit 137 that is not an OOM kill (SIGKILL by hand) keeps the plain code.
 	plain := PodState(terminated(137, ""))
 	if strings.Contains(plain.Message, "memory") || plain.Event != "" {
