@@ -40,8 +40,9 @@ func (r Restarted) String() string {
 
 // restartStopGrace is how long a component may take to exit on SIGTERM
 // before it gets SIGKILL. kubelet and containerd exit in well under a
-// second; kube-apiserver stops listening at once but then does not exit
-// (seen: still there 15 s later), so it ends by SIGKILL after this grace.
+// second; kube-apiserver stops listening at once but then waits for its
+// clients' open connections (seen: still there 15 s later with
+// kube-controller-manager connected), so it ends by SIGKILL after this grace.
 const restartStopGrace = 5 * time.Second
 
 // Restart stops a component the harness started ("kubelet", "containerd",
