@@ -10,7 +10,7 @@ CONTROLLER_GEN := $(BIN)/controller-gen
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-dev)
 
 .PHONY: all build generate manifests verify-generated vet fmt test test-unit test-integration test-e2e \
-        bench-import bench-upload bench-clone demo dev dev-down testbin images clean help
+        bench-import bench-upload bench-clone bench-load demo dev dev-down testbin images clean help
 
 all: build
 
@@ -73,6 +73,9 @@ bench-upload: ## Upload throughput through the proxy as a ratio to a plain loopb
 
 bench-clone: ## Clone benchmarks on the local cluster: host-assisted vs cp --sparse=always, 2 vs 20 GiB virtual, snapshot and CSI clone at 1 and 8 GiB, peak RSS
 	bash hack/bench-clone.sh
+
+bench-load: ## Load and scale on the local cluster: 100 DataVolumes at once (20 clones), 10,000 PVCs/pods and 200 StorageClasses; controller peak RSS and idle request rate
+	bash hack/bench-load.sh
 
 dev: ## Bring the local cluster up with Kubefill running and leave it up (INSTALLED=1: installed from manifests/ as Deployments from the image; make dev-down removes it)
 	bash hack/dev.sh

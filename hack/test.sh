@@ -87,6 +87,8 @@ run_e2e() {
   # The install itself (manifests/ applied, every component a pod from the
   # image) and a smoke set against it; a cluster of its own, after e2e's.
   go test -count=1 -timeout 20m ./tests/installed/...
+  # Load and scale at small counts, the controller as a process (full counts: make bench-load).
+  go test -count=1 -timeout 15m ./tests/load/...
 }
 
 for s in "${stages[@]}"; do
