@@ -321,24 +321,27 @@ func (r *DataVolumeReconciler) updateStatus(ctx context.Context, dv *cdiv1.DataV
 		return nil
 	}
 	told := ""
+	failReason, failMsg, failed := workerFailureEvent(dv.Status.Conditions, status.Conditions)
+	failed = failed && view.Problem == ""
 	if status.Phase != dv.Status.Phase {
 		eventType := corev1.EventTypeNormal
-		if status.Phase == cdiv1.Failed {
-			eventType = corev1.EventTypeWarning
-		}
 		reason, msg := string(status.Phase), phaseMessage(dv, status)
 		if view.CloneSource != nil {
 			if cr, cm, ok := cloneEvent(status.Phase, dv, *view.CloneSource); ok {
 				reason, msg = cr, cm
 			}
 		}
+		if status.Phase == cdiv1.Failed || (failed && strings.Contains(msg, failMsg)) {
+			// A phase entered because a worker failed (and is retried) is a warning.
+			eventType = corev1.EventTypeWarning
+		}
 		r.event(dv, eventType, reason, "UpdatePhase", msg)
 		told = msg
 	}
 	// The DataVolume's own problems (view.Problem) had their event where they
 	// were found; a phase event may already carry the message.
-	if reason, msg, ok := workerFailureEvent(dv.Status.Conditions, status.Conditions); ok && view.Problem == "" && !strings.Contains(told, msg) {
-		r.event(dv, corev1.EventTypeWarning, reason, "UpdatePhase", msg)
+	if failed && !strings.Contains(told, failMsg) {
+		r.event(dv, corev1.EventTypeWarning, failReason, "UpdatePhase", failMsg)
 	}
 	patch := client.MergeFrom(dv.DeepCopy())
 	dv.Status = status
