@@ -179,6 +179,14 @@ func importThroughFault(t *testing.T, inject func(t *testing.T, ctx context.Cont
 	if w.maxPods > 1 || w.maxPrimes > 1 {
 		t.Errorf("duplicate workers at once: %d importer pods, %d primes", w.maxPods, w.maxPrimes)
 	}
+	// Every importer after the first, and every restart of its container,
+	// is a restart the DataVolume counts; a replaced importer is explained.
+	if want := int32(len(w.pods)-1) + w.maxRestarts; dv.Status.RestartCount != want {
+		t.Errorf("RestartCount %d, but %d importer pods ran and their containers restarted %d times", dv.Status.RestartCount, len(w.pods), w.maxRestarts)
+	}
+	if ev := kit.Events(c, ns, faultDV); len(w.pods) > 1 && !strings.Contains(ev, "retrying") {
+		t.Errorf("%d importer pods ran, but no event says the import is being retried:\n%s", len(w.pods), ev)
+	}
 	if got := claimSHA256(t, ns, faultDV, faultImageSize); got != want {
 		t.Errorf("the claim holds sha256 %s, the source is %s", got, want)
 	} else {
