@@ -26,4 +26,4 @@ bash hack/node.sh >/dev/null
 export KUBEFILL_LOAD_DVS=${KUBEFILL_LOAD_DVS:-100} KUBEFILL_LOAD_CLONES=${KUBEFILL_LOAD_CLONES:-20}
 export KUBEFILL_LOAD_PVCS=${KUBEFILL_LOAD_PVCS:-10000} KUBEFILL_LOAD_PODS=${KUBEFILL_LOAD_PODS:-10000}
 export KUBEFILL_LOAD_CLASSES=${KUBEFILL_LOAD_CLASSES:-200} KUBEFILL_LOAD_DV_IDLE=1
-go test -count=1 -timeout 60m -v ./tests/load/ | grep -v '^=== \(RUN\|PAUSE\|CONT\)'
+go test -count=1 -timeout 60m -v ./tests/load/ | grep --line-buffered -v '^=== \(RUN\|PAUSE\|CONT\)'
