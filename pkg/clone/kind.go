@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 
 	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v6/apis/volumesnapshot/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -14,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 	"github.com/kubefill/kubefill/pkg/populators"
@@ -54,6 +56,15 @@ type Kind struct {
 	// ScrapeProgress reads a clone source pod's progress; nil uses HTTPS to
 	// the pod's metrics port.
 	ScrapeProgress func(ctx context.Context, pod *corev1.Pod, port int32) (float64, error)
+
+	outcomesOnce sync.Once
+	outcomes     *uploadOutcomes // see uploadOutcomesOf
+}
+
+// uploadOutcomesOf is the kind's watch of its upload servers' outcomes.
+func (k *Kind) uploadOutcomesOf() *uploadOutcomes {
+	k.outcomesOnce.Do(func() { k.outcomes = newUploadOutcomes() })
+	return k.outcomes
 }
 
 // Name implements populators.Kind.
@@ -107,6 +118,7 @@ func (k *Kind) FinalizerName() string { return cdiv1.FinalizerClonePopulator }
 // labelled with its UID; the Secrets and Service named after them). The
 // source itself never carries that label and is never touched.
 func (k *Kind) Finalize(ctx context.Context, target *corev1.PersistentVolumeClaim) error {
+	k.uploadOutcomesOf().forget(target.UID)
 	ns := k.PrimeNamespace(target)
 	owned := client.MatchingLabels{cdiv1.LabelOwnedByUID: string(target.UID)}
 	retain := target.DeletionTimestamp == nil && target.Annotations[cdiv1.AnnPodRetainAfterCompletion] == "true"
@@ -166,8 +178,10 @@ func (k *Kind) Finalize(ctx context.Context, target *corev1.PersistentVolumeClai
 // or VolumeSnapshot, its VolumeCloneSource, and the pods that use the
 // source claim bring back the targets waiting for them (a source created
 // late, bound, ready, or no longer in use) at once instead of at their
-// next requeue.
+// next requeue. An upload server reporting that its clone succeeded brings
+// its target back too (uploadOutcomes).
 func (k *Kind) Watches(b *builder.Builder) *builder.Builder {
+	b = b.WatchesRawSource(source.Func(k.uploadOutcomesOf().start))
 	b = b.Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, obj client.Object) []ctrl.Request {
 		return k.sourceTargets(ctx, obj, "PersistentVolumeClaim")
 	})).Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, obj client.Object) []ctrl.Request {

@@ -3,6 +3,8 @@ package clone
 import (
 	"context"
 	"fmt"
+	"net"
+	"path"
 	"strconv"
 	"time"
 
@@ -62,12 +64,23 @@ func (p *hostClonePhase) Reconcile(ctx context.Context, f *populators.Flow) (pop
 	if err != nil || up.Done {
 		return up, err
 	}
+	uploadPod, err := p.uploadPod(ctx, f, up)
+	if err != nil {
+		return populators.Result{}, err
+	}
+	if done, err := p.uploadSucceeded(ctx, f, up, uploadPod); err != nil || done != nil {
+		return derefResult(done), err
+	}
 	// The source pod starts as soon as the upload pod exists: the two pods
 	// start side by side. The source pod dials the upload Service, whose
 	// address exists before the upload pod does and which publishes the
 	// pod as soon as it has an address (sourceWorker.uploadURL); the
 	// cloner retries a refused dial while the server comes up. A pod start
-	// and a probe period less per clone.
+	// and a probe period less per clone. Once the upload pod has an
+	// address the source pod is told it (tellSourceAddress), so the stream
+	// need not wait for the node's Service proxy to route to the new pod;
+	// and the upload server's own report of success ends the phase
+	// (uploadSucceeded) before the kubelet notices the pod's exit.
 	if up.Pod == nil || (up.Pod.Phase != corev1.PodPending && up.Pod.Phase != corev1.PodRunning) || up.Reason == reasonWorkerRetrying || up.Reason == reasonWorkerBackoff {
 		if up.Reason == "" {
 			up.Reason, up.Message = "Pending", "waiting for the clone's upload server to start"
@@ -83,6 +96,11 @@ func (p *hostClonePhase) Reconcile(ctx context.Context, f *populators.Flow) (pop
 	src, err := p.source.Reconcile(ctx, f)
 	if err != nil {
 		return src, err
+	}
+	if src.Pod != nil && (src.Pod.Phase == corev1.PodPending || src.Pod.Phase == corev1.PodRunning) && src.Reason != reasonWorkerRetrying {
+		if err := p.tellSourceAddress(ctx, f, uploadPod); err != nil {
+			return populators.Result{}, err
+		}
 	}
 	if src.Pod != nil && src.Pod.Phase == corev1.PodSucceeded {
 		// Everything was sent: the upload server finishes writing.
@@ -104,6 +122,89 @@ func (p *hostClonePhase) Reconcile(ctx context.Context, f *populators.Flow) (pop
 		}
 	}
 	return betweenAttempts(src, lastFailure), nil
+}
+
+// uploadSucceeded is the done result of a running upload pod whose server
+// reported that the clone succeeded, the data fsynced (uploadOutcomes):
+// what the pod's termination message will say once the kubelet reports its
+// exit. Until then (nil) the pod's server is watched.
+func (p *hostClonePhase) uploadSucceeded(ctx context.Context, f *populators.Flow, up populators.Result, pod *corev1.Pod) (*populators.Result, error) {
+	if pod == nil || up.Pod.Phase != corev1.PodRunning {
+		return nil, nil
+	}
+	k := p.run.k
+	name := pod.Name
+	outcomes := k.uploadOutcomesOf()
+	if m := outcomes.succeeded(pod.UID); m != nil {
+		res := populators.Result{Done: true, Reason: cdiv1.ReasonCompleted, Progress: populators.FormatProgress(100, false),
+			Pod: &populators.PodStatus{Phase: corev1.PodSucceeded, Restarts: up.Pod.Restarts}}
+		if m.Message != nil {
+			res.Message = *m.Message
+		}
+		log.FromContext(ctx).V(1).Info("the upload server reported the clone complete", "pod", pod.Name)
+		return &res, nil
+	}
+	if pod.Status.PodIP == "" || !outcomes.started() || outcomes.watching(pod.UID) {
+		return nil, nil
+	}
+	reader := k.Reader
+	if reader == nil {
+		reader = k.Client
+	}
+	u, err := populators.LoadUploadPKI(ctx, k.Client, reader, k.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	return nil, outcomes.watch(f.Target, pod, UploadServerName(name, f.Prime.Namespace), u.ServerBundle)
+}
+
+// uploadPod is the upload pod the worker phase reported (from the cache),
+// nil while there is none.
+func (p *hostClonePhase) uploadPod(ctx context.Context, f *populators.Flow, up populators.Result) (*corev1.Pod, error) {
+	if up.Pod == nil || up.Pod.Phase == "" {
+		return nil, nil
+	}
+	pod := &corev1.Pod{}
+	key := types.NamespacedName{Namespace: f.Prime.Namespace, Name: cdiv1.UploadPodName(f.Prime.Name)}
+	if err := p.run.k.Client.Get(ctx, key, pod); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil // just made: the cache has not seen it yet
+		}
+		return nil, fmt.Errorf("reading upload pod %s: %w", key.Name, err)
+	}
+	return pod, nil
+}
+
+// annUploadAddress on a clone source pod is its upload pod's own address,
+// "<ip>:<port>", which the pod sees as contract.CloneUploadAddressFile
+// through a downward API volume: the cloner dials it rather than wait for
+// the Service proxy to route the Service's address to the new pod.
+const annUploadAddress = "kubefill.io/upload-address"
+
+// tellSourceAddress writes the upload pod's address on the running source
+// pod once the upload pod has one (again if it was replaced).
+func (p *hostClonePhase) tellSourceAddress(ctx context.Context, f *populators.Flow, uploadPod *corev1.Pod) error {
+	if uploadPod == nil || uploadPod.Status.PodIP == "" || uploadPod.DeletionTimestamp != nil {
+		return nil
+	}
+	addr := net.JoinHostPort(uploadPod.Status.PodIP, strconv.Itoa(contract.UploadServerPort))
+	pod := &corev1.Pod{}
+	key := types.NamespacedName{Namespace: f.Prime.Namespace, Name: SourcePodName(f.Target.UID)}
+	if err := p.run.k.Client.Get(ctx, key, pod); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if pod.Annotations[annUploadAddress] == addr || pod.DeletionTimestamp != nil {
+		return nil
+	}
+	patch := client.MergeFrom(pod.DeepCopy())
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[annUploadAddress] = addr
+	if err := p.run.k.Client.Patch(ctx, pod, patch); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("telling source pod %s the upload pod's address: %w", pod.Name, err)
+	}
+	return nil
 }
 
 // annSourceFailure on a host-assisted clone's prime is the last failure of
@@ -153,6 +254,7 @@ func (p *hostClonePhase) Cleanup(ctx context.Context, f *populators.Flow, retain
 	if f.Prime.Annotations[cdiv1.AnnUploadClientName] == "" {
 		return nil // not a host-assisted prime
 	}
+	p.run.k.uploadOutcomesOf().forget(f.Target.UID)
 	for _, c := range []populators.Cleaner{p.source, p.upload, p.serving} {
 		if err := c.Cleanup(ctx, f, retain); err != nil {
 			return err
@@ -245,17 +347,26 @@ func (w *sourceWorker) WorkerSpec(ctx context.Context, f *populators.Flow, confi
 				{Name: envMountPoint, Value: mount},
 				{Name: envUploadURL, Value: uploadURL},
 				{Name: envUploadServerName, Value: UploadServerName(uploadName, f.Prime.Namespace)},
+				{Name: contract.EnvCloneUploadAddressFile, Value: contract.CloneUploadAddressFile},
 				{Name: envOwnerUID, Value: string(f.Target.UID)},
 				{Name: envPreallocation, Value: strconv.FormatBool(prealloc)},
 				fromSecret(envServerCACert, "ca.crt"),
 				fromSecret(envClientCert, corev1.TLSCertKey),
 				fromSecret(envClientKey, corev1.TLSPrivateKeyKey),
 			},
+			VolumeMounts: []corev1.VolumeMount{{Name: uploadAddressVolume, MountPath: contract.CloneUploadAddressDir, ReadOnly: true}},
 		},
+		Volumes: []corev1.Volume{{Name: uploadAddressVolume, VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
+			Items: []corev1.DownwardAPIVolumeFile{{Path: path.Base(contract.CloneUploadAddressFile),
+				FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations['" + annUploadAddress + "']"}}},
+		}}}},
 		Data:      &populators.DataClaim{Name: src.Name, Block: block, MountPath: sourceMountPoint, ReadOnly: true},
 		NoScratch: true,
 	}, nil
 }
+
+// uploadAddressVolume shows the source pod its annUploadAddress.
+const uploadAddressVolume = "upload-address"
 
 // uploadURL is where the source pod sends the stream: the upload
 // Service's cluster IP, which exists as soon as the Service does (before the

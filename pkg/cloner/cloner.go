@@ -75,11 +75,14 @@ const (
 	EnvMountPoint       = contract.EnvCloneMountPoint
 	EnvUploadURL        = contract.EnvCloneUploadURL
 	EnvUploadServerName = contract.EnvCloneUploadServer
-	EnvOwnerUID         = contract.EnvCloneOwnerUID
-	EnvPreallocation    = contract.EnvClonePreallocation
-	EnvServerCACert     = contract.EnvCloneServerCACert
-	EnvClientCert       = contract.EnvCloneClientCert
-	EnvClientKey        = contract.EnvCloneClientKey
+	// EnvUploadAddressFile names a file that may hold the upload pod's own
+	// address (see contract.CloneUploadAddressFile).
+	EnvUploadAddressFile = contract.EnvCloneUploadAddressFile
+	EnvOwnerUID          = contract.EnvCloneOwnerUID
+	EnvPreallocation     = contract.EnvClonePreallocation
+	EnvServerCACert      = contract.EnvCloneServerCACert
+	EnvClientCert        = contract.EnvCloneClientCert
+	EnvClientKey         = contract.EnvCloneClientKey
 )
 
 // Mode is a volume mode.

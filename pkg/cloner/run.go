@@ -33,6 +33,11 @@ type Job struct {
 	// ServerName, if set, is the name the upload server's certificate is
 	// verified against, when UploadURL dials its pod's address.
 	ServerName string
+	// AddressFile, if set, is a file that names the upload pod's own
+	// address ("<ip>:<port>") once the controller knows it: each attempt
+	// dials it instead of UploadURL's host when it does, so the stream
+	// need not wait for the Service proxy to route to a new pod.
+	AddressFile string
 	// OwnerUID labels the progress metric (the target claim's UID).
 	OwnerUID string
 	// ServerCA verifies the upload server; ClientCert and ClientKey are
@@ -79,6 +84,7 @@ func JobFromEnv(getenv func(string) string) (Job, error) {
 	}
 	j.UploadURL = getenv(EnvUploadURL)
 	j.ServerName = getenv(EnvUploadServerName)
+	j.AddressFile = getenv(EnvUploadAddressFile)
 	j.OwnerUID = getenv(EnvOwnerUID)
 	for _, p := range []struct {
 		env string
@@ -255,12 +261,30 @@ func upload(ctx context.Context, client *http.Client, target string, job Job, pr
 		window = DefaultRetryWindow
 	}
 	start, lastLog := time.Now(), time.Time{}
+	directFailed, lastDirect := false, ""
 	for i := 1; ; i++ {
-		attempt := context.WithValue(ctx, dialTimeoutKey{}, dialTimeout(i))
-		st, started, err := uploadOnce(attempt, client, target, job.Source, progress)
+		dst, timeout := target, dialTimeout(i)
+		// The upload pod's own address when known, except right after it
+		// failed (it may be a replaced pod's): then the Service's.
+		direct := ""
+		if !directFailed {
+			direct = directTarget(target, job.AddressFile)
+		}
+		if direct != "" {
+			dst, timeout = direct, min(timeout, time.Second)
+			if direct != lastDirect {
+				lastDirect = direct
+				job.Log.Info("dialing the upload pod's own address", "url", direct)
+			}
+		}
+		attempt := context.WithValue(ctx, dialTimeoutKey{}, timeout)
+		st, started, err := uploadOnce(attempt, client, dst, job.Source, progress)
 		wait := retryWait(i)
 		if err == nil || started || !dialError(err) || time.Since(start)+wait > window || ctx.Err() != nil {
 			return st, err
+		}
+		if directFailed = direct != ""; directFailed {
+			wait = 0 // the Service's address at once
 		}
 		if time.Since(lastLog) >= 10*time.Second {
 			lastLog = time.Now()
@@ -272,6 +296,30 @@ func upload(ctx context.Context, client *http.Client, target string, job Job, pr
 		case <-time.After(wait):
 		}
 	}
+}
+
+// directTarget is target with the host the address file names
+// ("<ip>:<port>"), or "" when there is no file, it is empty or it does not
+// hold an address.
+func directTarget(target, file string) string {
+	if file == "" {
+		return ""
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return ""
+	}
+	addr := strings.TrimSpace(string(b))
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || net.ParseIP(host) == nil || port == "" {
+		return ""
+	}
+	u, err := url.Parse(target)
+	if err != nil {
+		return ""
+	}
+	u.Host = addr
+	return u.String()
 }
 
 // dialTimeoutKey carries an attempt's dial timeout to the transport's dialer.

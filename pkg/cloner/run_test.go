@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -192,6 +193,85 @@ func TestDialTimeout(t *testing.T) {
 	for n, want := range map[int]time.Duration{0: time.Second, 1: time.Second, 2: 2 * time.Second, 29: 29 * time.Second, 30: 30 * time.Second, 100: 30 * time.Second} {
 		if got := dialTimeout(n); got != want {
 			t.Errorf("dialTimeout(%d) = %v, want %v", n, got, want)
+		}
+	}
+}
+
+// closedAddr is a loopback address nothing listens on.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// TestUploadAddressFile: while the Service's address refuses, the upload
+// pod's own address, once the address file names it, is dialled; a stale
+// one (a replaced pod's) does not keep the stream from the Service's.
+func TestUploadAddressFile(t *testing.T) {
+	dir := tempDir(t)
+	src := mkdir(t, dir, "src")
+	writeFile(t, filepath.Join(src, "hello.txt"), "hello", 0o644)
+	t.Run("the pod's address, once known", func(t *testing.T) {
+		dst := mkdir(t, dir, "dst1")
+		srv, job := tlsUpload(t, receiver(Destination{Mode: Filesystem, Path: dst}))
+		job.Source = Source{Mode: Filesystem, Path: src}
+		job.UploadURL = "https://" + closedAddr(t) // the Service, not routed yet
+		job.AddressFile = filepath.Join(dir, "address1")
+		writeFile(t, job.AddressFile, "", 0o644) // not known yet
+		go func() {
+			time.Sleep(300 * time.Millisecond)
+			_ = os.WriteFile(job.AddressFile, []byte(srv.Listener.Addr().String()+"\n"), 0o644)
+		}()
+		job.RetryWindow = 10 * time.Second
+		if err := Run(context.Background(), job); err != nil {
+			t.Fatal(err)
+		}
+		if b, err := os.ReadFile(filepath.Join(dst, "hello.txt")); err != nil || string(b) != "hello" {
+			t.Fatalf("hello.txt: %q %v", b, err)
+		}
+	})
+	t.Run("a stale address", func(t *testing.T) {
+		dst := mkdir(t, dir, "dst2")
+		_, job := tlsUpload(t, receiver(Destination{Mode: Filesystem, Path: dst}))
+		job.Source = Source{Mode: Filesystem, Path: src}
+		job.AddressFile = filepath.Join(dir, "address2")
+		writeFile(t, job.AddressFile, closedAddr(t), 0o644)
+		job.RetryWindow = 10 * time.Second
+		if err := Run(context.Background(), job); err != nil {
+			t.Fatal(err)
+		}
+		if b, err := os.ReadFile(filepath.Join(dst, "hello.txt")); err != nil || string(b) != "hello" {
+			t.Fatalf("hello.txt: %q %v", b, err)
+		}
+	})
+}
+
+func TestDirectTarget(t *testing.T) {
+	dir := tempDir(t)
+	n := 0
+	file := func(content string) string {
+		n++
+		p := filepath.Join(dir, "address"+strconv.Itoa(n))
+		writeFile(t, p, content, 0o644)
+		return p
+	}
+	const svc = "https://10.96.0.7:443/v1beta1/upload"
+	for _, tc := range []struct{ file, want string }{
+		{"", ""},
+		{filepath.Join(dir, "missing"), ""},
+		{file(""), ""},
+		{file("10.244.1.9:8443\n"), "https://10.244.1.9:8443/v1beta1/upload"},
+		{file("[fd00::9]:8443"), "https://[fd00::9]:8443/v1beta1/upload"},
+		{file("not an address"), ""},
+		{file("example.com:8443"), ""},
+	} {
+		if got := directTarget(svc, tc.file); got != tc.want {
+			t.Errorf("directTarget(%q) = %q, want %q", tc.file, got, tc.want)
 		}
 	}
 }

@@ -18,6 +18,9 @@
 // filesystem-clone, from the client certificate named by ClientName, is a
 // clone stream written through cloner.ReceiveStream.
 //
+// contract.UploadOutcomePath tells the controller, before the pod exits,
+// that an upload succeeded (outcome.go).
+//
 // /metrics, like /healthz, needs no client certificate: it publishes
 // kubevirt_cdi_import_progress_total{ownerUID}, the percentage of the
 // current upload's body received (of its Content-Length; 0 while none runs,
@@ -181,6 +184,7 @@ func (s *Server) Handler() http.Handler {
 		_, _ = io.WriteString(w, "ok")
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc(contract.UploadOutcomePath, s.handleOutcome)
 	return mux
 }
 
@@ -233,8 +237,7 @@ func (s *Server) Run(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(sctx)
-	text, prealloc := s.outcome.message, s.outcome.preallocated
-	return s.writeTermination(contract.TerminationMessage{Outcome: contract.OutcomeSucceeded, Message: &text, PreallocationApplied: &prealloc})
+	return s.writeTermination(s.successMessage())
 }
 
 // outcome is what the termination message of a success says.

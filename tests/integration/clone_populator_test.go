@@ -220,9 +220,19 @@ func TestCloneCopySameNamespace(t *testing.T) {
 			}
 		}
 	}
-	if len(c.VolumeMounts) != 1 || c.VolumeMounts[0].Name != dataVolume || c.VolumeMounts[0].MountPath != "/var/run/cdi/clone/source" || !c.VolumeMounts[0].ReadOnly {
-		t.Errorf("source pod mounts %+v, want only the source, read-only at /var/run/cdi/clone/source", c.VolumeMounts)
+	if len(c.VolumeMounts) != 2 || c.VolumeMounts[0].Name != dataVolume || c.VolumeMounts[0].MountPath != "/var/run/cdi/clone/source" || !c.VolumeMounts[0].ReadOnly ||
+		c.VolumeMounts[1].MountPath != "/etc/kubefill/upload-address" || !c.VolumeMounts[1].ReadOnly {
+		t.Errorf("source pod mounts %+v, want the source, read-only at /var/run/cdi/clone/source, and the upload address", c.VolumeMounts)
 	}
+	// The running upload pod's own address reaches the source pod (through
+	// a downward API volume): the cloner need not wait for the Service proxy.
+	if got := envValue(c, "UPLOAD_ADDRESS_FILE"); got != "/etc/kubefill/upload-address/address" {
+		t.Errorf("source pod UPLOAD_ADDRESS_FILE=%q", got)
+	}
+	kit.Until(t, 30*time.Second, "the upload pod's address on the source pod", func() bool {
+		_ = k8sClient.Get(ctx, client.ObjectKeyFromObject(sourcePod), sourcePod)
+		return sourcePod.Annotations["kubefill.io/upload-address"] == upload.Status.PodIP+":8443"
+	})
 	secret, clientCA := &corev1.Secret{}, &corev1.Secret{}
 	if err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: sourcePod.Name}, secret); err != nil {
 		t.Fatalf("client certificate Secret: %v", err)
