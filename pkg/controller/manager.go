@@ -97,7 +97,11 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
 		LeaderElection:          opts.LeaderElection,
 		LeaderElectionID:        opts.LeaderElectionID,
 		LeaderElectionNamespace: opts.LeaderElectionNS,
-		Controller:              config.Controller{SkipNameValidation: &opts.SkipNameValidation},
+		// The process ends when the manager does, so a stopping replica
+		// hands the lease over at once: a rolling update waits for the new
+		// pod's start, not for the old lease to expire (15 s).
+		LeaderElectionReleaseOnCancel: true,
+		Controller:                    config.Controller{SkipNameValidation: &opts.SkipNameValidation},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
