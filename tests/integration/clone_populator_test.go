@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -435,13 +436,23 @@ func bindTargetOnceRebound(t *testing.T, pv *corev1.PersistentVolume, target *co
 		_ = k8sClient.Get(ctx, types.NamespacedName{Name: pv.Name}, pv)
 		return pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.UID == target.UID
 	})
-	_ = k8sClient.Get(ctx, client.ObjectKeyFromObject(target), target)
-	target.Spec.VolumeName = pv.Name
-	if err := k8sClient.Update(ctx, target); err != nil {
+	// The controller annotates the target meanwhile (its clone phase), as
+	// kube-controller-manager would meet too: retry on a conflict.
+	bind := func(update func() error, change func()) error {
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(target), target); err != nil {
+				return err
+			}
+			change()
+			return update()
+		})
+	}
+	if err := bind(func() error { return k8sClient.Update(ctx, target) }, func() { target.Spec.VolumeName = pv.Name }); err != nil {
 		t.Fatal(err)
 	}
-	target.Status.Phase, target.Status.Capacity = corev1.ClaimBound, pv.Spec.Capacity
-	if err := k8sClient.Status().Update(ctx, target); err != nil {
+	if err := bind(func() error { return k8sClient.Status().Update(ctx, target) }, func() {
+		target.Status.Phase, target.Status.Capacity = corev1.ClaimBound, pv.Spec.Capacity
+	}); err != nil {
 		t.Fatal(err)
 	}
 }
