@@ -8,13 +8,9 @@ import (
 	"testing"
 	"time"
 
-	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v6/apis/volumesnapshot/v1"
 	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
@@ -211,32 +207,13 @@ func TestCloneQuotaRefusingTheSnapshotRestore(t *testing.T) {
 	ctx := context.Background()
 	sc := useSnapshotControlPlane(t)
 	ns, installNS := newNamespace(t), newNamespace(t)
-	srcClass, tgtClass := ns+"-a", ns+"-b"
-	mode := storagev1.VolumeBindingImmediate
-	mustCreate(t, k8sClient, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: srcClass}, Provisioner: cloneDriver, VolumeBindingMode: &mode})
-	mustCreate(t, k8sClient, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: tgtClass}, Provisioner: "other.csi.kubefill.test", VolumeBindingMode: &mode})
-	mustCreate(t, k8sClient, &cdiv1.StorageProfile{ObjectMeta: metav1.ObjectMeta{Name: tgtClass}, Spec: cdiv1.StorageProfileSpec{
-		ClaimPropertySets: []cdiv1.ClaimPropertySet{rwoFilesystem}}})
+	_, tgtClass := copyTargetClasses(t, ns)
 	zero := "0"
 	setQuota(t, ns, "restores", "1536Mi", &zero)
 	runManager(t, controller.ManagerOptions{MetricsBindAddress: "0", HealthProbeBindAddress: "0",
 		WorkerImage: "kubefill/kubefill:test", InstallNamespace: installNS})
 
-	contentName := "content-" + ns
-	snap := &snapshotv1.VolumeSnapshot{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "golden-snap"},
-		Spec: snapshotv1.VolumeSnapshotSpec{Source: snapshotv1.VolumeSnapshotSource{VolumeSnapshotContentName: ptr.To(contentName)}}}
-	mustCreate(t, sc, snap)
-	mustCreate(t, sc, &snapshotv1.VolumeSnapshotContent{ObjectMeta: metav1.ObjectMeta{Name: contentName}, Spec: snapshotv1.VolumeSnapshotContentSpec{
-		Driver: cloneDriver, DeletionPolicy: snapshotv1.VolumeSnapshotContentRetain,
-		Source:            snapshotv1.VolumeSnapshotContentSource{SnapshotHandle: ptr.To("h-1")},
-		VolumeSnapshotRef: corev1.ObjectReference{Namespace: ns, Name: snap.Name}, SourceVolumeMode: ptr.To(corev1.PersistentVolumeFilesystem)}})
-	snap.Status = &snapshotv1.VolumeSnapshotStatus{BoundVolumeSnapshotContentName: ptr.To(contentName), ReadyToUse: ptr.To(true),
-		RestoreSize: ptr.To(resource.MustParse("1Gi")), CreationTime: ptr.To(metav1.Now())}
-	if err := sc.Status().Update(ctx, snap); err != nil {
-		t.Fatal(err)
-	}
-	mustCreate(t, k8sClient, &cdiv1.VolumeCloneSource{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vcs"},
-		Spec: cdiv1.VolumeCloneSourceSpec{Source: corev1.TypedLocalObjectReference{APIGroup: ptr.To("snapshot.storage.k8s.io"), Kind: "VolumeSnapshot", Name: snap.Name}}})
+	readySnapshotCloneSource(t, sc, ns, "vcs")
 
 	target := kit.PVC(ns, "disk", "1Gi", kit.Class(tgtClass), kit.SourceRef(cdiv1.VolumeCloneSourceRef, "vcs"))
 	mustCreate(t, k8sClient, target)

@@ -142,30 +142,11 @@ func TestCloneSnapshotByCopy(t *testing.T) {
 	ctx := context.Background()
 	sc := useSnapshotControlPlane(t)
 	ns, installNS := newNamespace(t), newNamespace(t)
-	srcClass, tgtClass := ns+"-a", ns+"-b"
-	mode := storagev1.VolumeBindingImmediate
-	mustCreate(t, k8sClient, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: srcClass}, Provisioner: cloneDriver, VolumeBindingMode: &mode})
-	mustCreate(t, k8sClient, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: tgtClass}, Provisioner: "other.csi.kubefill.test", VolumeBindingMode: &mode})
-	mustCreate(t, k8sClient, &cdiv1.StorageProfile{ObjectMeta: metav1.ObjectMeta{Name: tgtClass}, Spec: cdiv1.StorageProfileSpec{
-		ClaimPropertySets: []cdiv1.ClaimPropertySet{rwoFilesystem}}})
+	srcClass, tgtClass := copyTargetClasses(t, ns)
 	runManager(t, controller.ManagerOptions{MetricsBindAddress: "0", HealthProbeBindAddress: "0",
 		WorkerImage: "kubefill/kubefill:test", InstallNamespace: installNS})
 
-	contentName := "content-" + ns
-	snap := &snapshotv1.VolumeSnapshot{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "golden-snap"},
-		Spec: snapshotv1.VolumeSnapshotSpec{Source: snapshotv1.VolumeSnapshotSource{VolumeSnapshotContentName: ptr.To(contentName)}}}
-	mustCreate(t, sc, snap)
-	mustCreate(t, sc, &snapshotv1.VolumeSnapshotContent{ObjectMeta: metav1.ObjectMeta{Name: contentName}, Spec: snapshotv1.VolumeSnapshotContentSpec{
-		Driver: cloneDriver, DeletionPolicy: snapshotv1.VolumeSnapshotContentRetain,
-		Source:            snapshotv1.VolumeSnapshotContentSource{SnapshotHandle: ptr.To("h-1")},
-		VolumeSnapshotRef: corev1.ObjectReference{Namespace: ns, Name: snap.Name}, SourceVolumeMode: ptr.To(corev1.PersistentVolumeFilesystem)}})
-	snap.Status = &snapshotv1.VolumeSnapshotStatus{BoundVolumeSnapshotContentName: ptr.To(contentName), ReadyToUse: ptr.To(true),
-		RestoreSize: ptr.To(resource.MustParse("1Gi")), CreationTime: ptr.To(metav1.Now())}
-	if err := sc.Status().Update(ctx, snap); err != nil {
-		t.Fatal(err)
-	}
-	mustCreate(t, k8sClient, &cdiv1.VolumeCloneSource{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vcs"},
-		Spec: cdiv1.VolumeCloneSourceSpec{Source: corev1.TypedLocalObjectReference{APIGroup: ptr.To("snapshot.storage.k8s.io"), Kind: "VolumeSnapshot", Name: snap.Name}}})
+	snap := readySnapshotCloneSource(t, sc, ns, "vcs")
 
 	target := kit.PVC(ns, "disk", "1Gi", kit.Class(tgtClass), kit.SourceRef(cdiv1.VolumeCloneSourceRef, "vcs"))
 	mustCreate(t, k8sClient, target)
@@ -211,4 +192,42 @@ func useSnapshotControlPlane(t *testing.T) client.Client {
 	}
 	useControlPlane(t, envCfg, envClient)
 	return snapshotClient(t)
+}
+
+// copyTargetClasses makes a source class of the clone driver and a target
+// class of another provisioner (so a snapshot clone falls back to a copy),
+// with the target's StorageProfile, and returns both.
+func copyTargetClasses(t *testing.T, ns string) (srcClass, tgtClass string) {
+	t.Helper()
+	srcClass, tgtClass = ns+"-a", ns+"-b"
+	mode := storagev1.VolumeBindingImmediate
+	mustCreate(t, k8sClient, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: srcClass}, Provisioner: cloneDriver, VolumeBindingMode: &mode})
+	mustCreate(t, k8sClient, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: tgtClass}, Provisioner: "other.csi.kubefill.test", VolumeBindingMode: &mode})
+	mustCreate(t, k8sClient, &cdiv1.StorageProfile{ObjectMeta: metav1.ObjectMeta{Name: tgtClass}, Spec: cdiv1.StorageProfileSpec{
+		ClaimPropertySets: []cdiv1.ClaimPropertySet{rwoFilesystem}}})
+	return srcClass, tgtClass
+}
+
+// readySnapshotCloneSource makes a ready 1Gi VolumeSnapshot golden-snap of
+// the clone driver (a pre-provisioned content, as no snapshotter runs
+// here) and the VolumeCloneSource vcsName naming it, in ns.
+func readySnapshotCloneSource(t *testing.T, sc client.Client, ns, vcsName string) *snapshotv1.VolumeSnapshot {
+	t.Helper()
+	ctx := context.Background()
+	contentName := "content-" + ns
+	snap := &snapshotv1.VolumeSnapshot{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "golden-snap"},
+		Spec: snapshotv1.VolumeSnapshotSpec{Source: snapshotv1.VolumeSnapshotSource{VolumeSnapshotContentName: ptr.To(contentName)}}}
+	mustCreate(t, sc, snap)
+	mustCreate(t, sc, &snapshotv1.VolumeSnapshotContent{ObjectMeta: metav1.ObjectMeta{Name: contentName}, Spec: snapshotv1.VolumeSnapshotContentSpec{
+		Driver: cloneDriver, DeletionPolicy: snapshotv1.VolumeSnapshotContentRetain,
+		Source:            snapshotv1.VolumeSnapshotContentSource{SnapshotHandle: ptr.To("h-1")},
+		VolumeSnapshotRef: corev1.ObjectReference{Namespace: ns, Name: snap.Name}, SourceVolumeMode: ptr.To(corev1.PersistentVolumeFilesystem)}})
+	snap.Status = &snapshotv1.VolumeSnapshotStatus{BoundVolumeSnapshotContentName: ptr.To(contentName), ReadyToUse: ptr.To(true),
+		RestoreSize: ptr.To(resource.MustParse("1Gi")), CreationTime: ptr.To(metav1.Now())}
+	if err := sc.Status().Update(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, k8sClient, &cdiv1.VolumeCloneSource{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: vcsName},
+		Spec: cdiv1.VolumeCloneSourceSpec{Source: corev1.TypedLocalObjectReference{APIGroup: ptr.To("snapshot.storage.k8s.io"), Kind: "VolumeSnapshot", Name: snap.Name}}})
+	return snap
 }
