@@ -3,16 +3,12 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v6/apis/volumesnapshot/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
@@ -113,7 +109,7 @@ func (s *cloneStack) testKillMidClone(t *testing.T, st cdiv1.CDICloneStrategy) {
 	t.Logf("%s clone finished %s after the controller was killed; phases since %v", st, time.Since(begin).Round(time.Millisecond), seen)
 	pvc := s.assertClone(t, dv, src, cloneExpect{strategy: st})
 	assertBytes(t, dstNs, src.sha, map[string]bool{"survivor": false})
-	temps.check(t, pvc.UID)
+	t.Logf("temporary objects: %s", temps.CheckTemporaries(t, pvc.UID))
 
 	// The readers are done; the claim's protection waits for no pod.
 	s.deletePods(t, dstNs, "read-")
@@ -258,122 +254,13 @@ func (s *cloneStack) deletePods(t *testing.T, ns, prefix string) {
 	}
 }
 
-// tempTracker records every claim, pod and VolumeSnapshot appearing and
-// going in some namespaces, from a watch, so that a test can count a
-// clone's temporary objects over its whole life.
-type tempTracker struct {
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	events []tempEvent
-}
-
-type tempEvent struct {
-	kind, ns, name string
-	uid            types.UID
-	gone           bool
-}
-
-// trackTemporaries starts watching namespaces until the test ends.
-func trackTemporaries(t *testing.T, c client.Client, namespaces ...string) *tempTracker {
+// trackTemporaries starts watching namespaces' claims, pods and snapshots
+// until the test ends.
+func trackTemporaries(t *testing.T, c client.Client, namespaces ...string) *kit.Tracker {
 	t.Helper()
 	wc, err := client.NewWithWatch(cl.Config, client.Options{Scheme: c.Scheme()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	tr := &tempTracker{cancel: cancel}
-	t.Cleanup(tr.stop)
-	for _, ns := range namespaces {
-		for kind, list := range map[string]func() client.ObjectList{
-			"claim":    func() client.ObjectList { return &corev1.PersistentVolumeClaimList{} },
-			"pod":      func() client.ObjectList { return &corev1.PodList{} },
-			"snapshot": func() client.ObjectList { return &snapshotv1.VolumeSnapshotList{} },
-		} {
-			w, err := wc.Watch(ctx, list(), client.InNamespace(ns))
-			if err != nil {
-				cancel()
-				t.Fatalf("watching %ss in %s: %v", kind, ns, err)
-			}
-			tr.wg.Add(1)
-			go tr.follow(ctx, wc, w, kind, ns, list)
-		}
-	}
-	return tr
-}
-
-// follow records one watch's events, watching again when the server ends it.
-func (tr *tempTracker) follow(ctx context.Context, wc client.WithWatch, w watch.Interface, kind, ns string, list func() client.ObjectList) {
-	defer tr.wg.Done()
-	for {
-		for ev := range w.ResultChan() {
-			obj, ok := ev.Object.(client.Object)
-			if !ok || ev.Type == watch.Bookmark || ev.Type == watch.Error {
-				continue
-			}
-			tr.mu.Lock()
-			tr.events = append(tr.events, tempEvent{kind: kind, ns: ns, name: obj.GetName(), uid: obj.GetUID(), gone: ev.Type == watch.Deleted})
-			tr.mu.Unlock()
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		var err error
-		if w, err = wc.Watch(ctx, list(), client.InNamespace(ns)); err != nil {
-			return
-		}
-	}
-}
-
-func (tr *tempTracker) stop() {
-	tr.cancel()
-	tr.wg.Wait()
-}
-
-// check replays what was seen of the objects named after the clone's
-// target uid (tmp-pvc-<uid>, tmp-snapshot-<uid>, <uid>-source-pod,
-// cdi-upload-tmp-pvc-<uid>, …): each was made once (one object, one UID)
-// and never two of a kind existed at once.
-func (tr *tempTracker) check(t *testing.T, uid types.UID) {
-	t.Helper()
-	tr.mu.Lock()
-	events := append([]tempEvent(nil), tr.events...)
-	tr.mu.Unlock()
-	live := map[string]map[types.UID]bool{}
-	made := map[string]map[types.UID]bool{}
-	most := map[string]int{}
-	for _, ev := range events {
-		if !strings.Contains(ev.name, string(uid)) {
-			continue
-		}
-		role := ev.kind + " " + strings.ReplaceAll(ev.name, string(uid), "<uid>")
-		if live[role] == nil {
-			live[role], made[role] = map[types.UID]bool{}, map[types.UID]bool{}
-		}
-		if ev.gone {
-			delete(live[role], ev.uid)
-			continue
-		}
-		live[role][ev.uid], made[role][ev.uid] = true, true
-		most[role] = max(most[role], len(live[role]))
-	}
-	roles := make([]string, 0, len(made))
-	for role := range made {
-		roles = append(roles, role)
-	}
-	sort.Strings(roles)
-	var summary []string
-	for _, role := range roles {
-		summary = append(summary, fmt.Sprintf("%s: made %d, at most %d at once", role, len(made[role]), most[role]))
-		if most[role] > 1 {
-			t.Errorf("%d %ss existed at once", most[role], role)
-		}
-		if len(made[role]) > 1 {
-			t.Errorf("%s was made %d times: the restarted controller redid work", role, len(made[role]))
-		}
-	}
-	if len(roles) == 0 {
-		t.Errorf("no temporary object of the clone was seen: the tracker saw nothing")
-	}
-	t.Logf("temporary objects: %s", strings.Join(summary, "; "))
+	return kit.Track(t, wc, nil, namespaces...)
 }

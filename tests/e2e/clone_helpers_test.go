@@ -447,7 +447,7 @@ func (s *cloneStack) assertNoCloneLeftovers(t *testing.T, uid, dvUID types.UID, 
 				}
 			}
 			for _, sn := range snaps.Items {
-				if sn.DeletionTimestamp != nil && onlyProvisionerFinalizers(sn.Finalizers) {
+				if sn.DeletionTimestamp != nil && kit.OnlyProvisionerFinalizers(sn.Finalizers) {
 					// Deleted by Kubefill; external-provisioner's
 					// volumesnapshot-as-source-protection holds it until its
 					// next resync of the restored (and already deleted) claim.
@@ -623,33 +623,7 @@ func (s *cloneStack) claimMisbound(t *testing.T, ns string, names map[string]boo
 	return out
 }
 
-// onlyProvisionerFinalizers: every finalizer left is external-provisioner's.
-func onlyProvisionerFinalizers(finalizers []string) bool {
-	return len(finalizers) > 0 && !slices.ContainsFunc(finalizers, func(f string) bool {
-		return !strings.HasPrefix(f, "provisioner.storage.kubernetes.io/")
-	})
-}
-
-// slowStepInFlight says which slow step of a clone by st is under way (the
-// source pod streaming, the temporary snapshot being taken, the CSI clone
-// being provisioned), or "" when none is yet.
+// slowStepInFlight is kit.CloneStepInFlight through the stack's client.
 func (s *cloneStack) slowStepInFlight(ctx context.Context, st cdiv1.CDICloneStrategy, srcNs, uid string) string {
-	switch st {
-	case cdiv1.CloneStrategyHostAssisted:
-		pod := &corev1.Pod{}
-		if err := s.c.Get(ctx, types.NamespacedName{Namespace: srcNs, Name: uid + "-source-pod"}, pod); err == nil && pod.Status.Phase == corev1.PodRunning {
-			return "source pod " + pod.Name + " streaming"
-		}
-	case cdiv1.CloneStrategySnapshot:
-		sn := &snapshotv1.VolumeSnapshot{}
-		if err := s.c.Get(ctx, types.NamespacedName{Namespace: srcNs, Name: "tmp-snapshot-" + uid}, sn); err == nil && !ptr.Deref(ptrStatusReady(sn), false) {
-			return "snapshot " + sn.Name + " being taken"
-		}
-	case cdiv1.CloneStrategyCsiClone:
-		p := &corev1.PersistentVolumeClaim{}
-		if err := s.c.Get(ctx, types.NamespacedName{Namespace: srcNs, Name: "tmp-pvc-" + uid}, p); err == nil && p.Status.Phase == corev1.ClaimPending {
-			return "CSI clone " + p.Name + " being provisioned"
-		}
-	}
-	return ""
+	return kit.CloneStepInFlight(ctx, s.c, st, srcNs, uid)
 }

@@ -384,7 +384,7 @@ func (s *cloneStack) assertNothingLeft(t *testing.T, src source, dstNs string, t
 				left = append(left, fmt.Sprintf("pod %s/%s (%s)", ns, p.Name, p.Status.Phase))
 			}
 			for _, sn := range snaps.Items {
-				if sn.DeletionTimestamp != nil && onlyProvisionerFinalizers(sn.Finalizers) {
+				if sn.DeletionTimestamp != nil && kit.OnlyProvisionerFinalizers(sn.Finalizers) {
 					// Deleted; external-provisioner's source protection
 					// holds it (and its content) until its next resync, as
 					// assertNoCloneLeftovers allows.

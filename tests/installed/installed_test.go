@@ -74,9 +74,18 @@ func readBack(t *testing.T, ns, claim string, n int) string {
 		t.Fatal(err)
 	}
 	defer func() { _ = kc.Delete(ctx, pod) }()
-	var sum string
-	kit.Eventually(t, 2*time.Minute, time.Second, "pod "+pod.Name+" to read the claim", func() (bool, string, error) {
-		if err := kc.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+	return podReport(t, kc, pod, 2*time.Minute, time.Second, "to read the claim")
+}
+
+// podReport waits until pod's container exits 0 and returns its
+// termination message (what the test's shell pods report, such as a
+// sha256); a failed pod fails the test.
+func podReport(t *testing.T, c client.Client, pod *corev1.Pod, timeout, interval time.Duration, what string) string {
+	t.Helper()
+	ctx := context.Background()
+	var msg string
+	kit.Eventually(t, timeout, interval, "pod "+pod.Name+" "+what, func() (bool, string, error) {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
 			return false, err.Error(), nil
 		}
 		if pod.Status.Phase == corev1.PodFailed {
@@ -84,12 +93,12 @@ func readBack(t *testing.T, ns, claim string, n int) string {
 		}
 		for _, s := range pod.Status.ContainerStatuses {
 			if term := s.State.Terminated; term != nil && term.ExitCode == 0 {
-				sum = strings.TrimSpace(term.Message)
+				msg = strings.TrimSpace(term.Message)
 			}
 		}
-		return sum != "", string(pod.Status.Phase), nil
+		return msg != "", string(pod.Status.Phase), nil
 	})
-	return sum
+	return msg
 }
 
 // testDisk writes a raw disk of size bytes with random blocks and returns

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -348,12 +347,10 @@ func randomData(size int) ([]byte, string) {
 }
 
 // tempTracker records every claim, pod and VolumeSnapshot appearing and
-// going, and every DataVolume phase, in some namespaces, from watches.
+// going (kit.Tracker), and every DataVolume phase, in some namespaces.
 type tempTracker struct {
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	*kit.Tracker
 	mu     sync.Mutex
-	events []tempEvent
 	phases map[string][]cdiv1.DataVolumePhase
 	// steps are each DataVolume's phase and progress changes, with the
 	// time since the tracker started.
@@ -361,123 +358,29 @@ type tempTracker struct {
 	began time.Time
 }
 
-type tempEvent struct {
-	kind, ns, name string
-	uid            types.UID
-	gone           bool
-}
-
 // track starts watching namespaces until the test ends.
 func track(t *testing.T, c client.WithWatch, namespaces ...string) *tempTracker {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	tr := &tempTracker{cancel: cancel, phases: map[string][]cdiv1.DataVolumePhase{}, steps: map[string][]string{}, began: time.Now()}
-	t.Cleanup(tr.stop)
-	for _, ns := range namespaces {
-		for kind, list := range map[string]func() client.ObjectList{
-			"claim":      func() client.ObjectList { return &corev1.PersistentVolumeClaimList{} },
-			"pod":        func() client.ObjectList { return &corev1.PodList{} },
-			"snapshot":   func() client.ObjectList { return &snapshotv1.VolumeSnapshotList{} },
-			"datavolume": func() client.ObjectList { return &cdiv1.DataVolumeList{} },
-		} {
-			w, err := c.Watch(ctx, list(), client.InNamespace(ns))
-			if err != nil {
-				cancel()
-				t.Fatalf("watching %ss in %s: %v", kind, ns, err)
-			}
-			tr.wg.Add(1)
-			go tr.follow(ctx, c, w, kind, ns, list)
-		}
-	}
+	tr := &tempTracker{phases: map[string][]cdiv1.DataVolumePhase{}, steps: map[string][]string{}, began: time.Now()}
+	tr.Tracker = kit.Track(t, c, tr.record, namespaces...)
 	return tr
 }
 
-// follow records one watch's events, watching again when the server ends it.
-func (tr *tempTracker) follow(ctx context.Context, c client.WithWatch, w watch.Interface, kind, ns string, list func() client.ObjectList) {
-	defer tr.wg.Done()
-	for {
-		for ev := range w.ResultChan() {
-			obj, ok := ev.Object.(client.Object)
-			if !ok || ev.Type == watch.Bookmark || ev.Type == watch.Error {
-				continue
-			}
-			tr.mu.Lock()
-			if dv, ok := obj.(*cdiv1.DataVolume); ok {
-				key := ns + "/" + dv.Name
-				if p := tr.phases[key]; ev.Type != watch.Deleted && (len(p) == 0 || p[len(p)-1] != dv.Status.Phase) {
-					tr.phases[key] = append(p, dv.Status.Phase)
-				}
-				step := fmt.Sprintf("%s %s", dv.Status.Phase, dv.Status.Progress)
-				if st := tr.steps[key]; ev.Type != watch.Deleted && (len(st) == 0 || !strings.HasSuffix(st[len(st)-1], " "+step)) {
-					tr.steps[key] = append(st, fmt.Sprintf("+%.1fs %s", time.Since(tr.began).Seconds(), step))
-				}
-			} else {
-				tr.events = append(tr.events, tempEvent{kind: kind, ns: ns, name: obj.GetName(), uid: obj.GetUID(), gone: ev.Type == watch.Deleted})
-			}
-			tr.mu.Unlock()
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		var err error
-		if w, err = c.Watch(ctx, list(), client.InNamespace(ns)); err != nil {
-			return
-		}
+// record keeps a DataVolume's phase and progress changes.
+func (tr *tempTracker) record(typ watch.EventType, dv *cdiv1.DataVolume) {
+	if typ == watch.Deleted {
+		return
 	}
-}
-
-func (tr *tempTracker) stop() {
-	tr.cancel()
-	tr.wg.Wait()
-}
-
-// checkTemporaries replays what was seen of the objects named after the
-// target claim's uid (prime-<uid>, importer-prime-<uid>,
-// cdi-upload-prime-<uid>, tmp-pvc-<uid>, tmp-snapshot-<uid>,
-// <uid>-source-pod, …): each was made once (one UID) and never two of a
-// kind existed at once. It returns the summary.
-func (tr *tempTracker) checkTemporaries(t *testing.T, uid types.UID) string {
-	t.Helper()
 	tr.mu.Lock()
-	events := append([]tempEvent(nil), tr.events...)
-	tr.mu.Unlock()
-	live := map[string]map[types.UID]bool{}
-	made := map[string]map[types.UID]bool{}
-	most := map[string]int{}
-	for _, ev := range events {
-		if !strings.Contains(ev.name, string(uid)) {
-			continue
-		}
-		role := ev.kind + " " + strings.ReplaceAll(ev.name, string(uid), "<uid>")
-		if live[role] == nil {
-			live[role], made[role] = map[types.UID]bool{}, map[types.UID]bool{}
-		}
-		if ev.gone {
-			delete(live[role], ev.uid)
-			continue
-		}
-		live[role][ev.uid], made[role][ev.uid] = true, true
-		most[role] = max(most[role], len(live[role]))
+	defer tr.mu.Unlock()
+	key := dv.Namespace + "/" + dv.Name
+	if p := tr.phases[key]; len(p) == 0 || p[len(p)-1] != dv.Status.Phase {
+		tr.phases[key] = append(p, dv.Status.Phase)
 	}
-	roles := make([]string, 0, len(made))
-	for role := range made {
-		roles = append(roles, role)
+	step := fmt.Sprintf("%s %s", dv.Status.Phase, dv.Status.Progress)
+	if st := tr.steps[key]; len(st) == 0 || !strings.HasSuffix(st[len(st)-1], " "+step) {
+		tr.steps[key] = append(st, fmt.Sprintf("+%.1fs %s", time.Since(tr.began).Seconds(), step))
 	}
-	sort.Strings(roles)
-	var summary []string
-	for _, role := range roles {
-		summary = append(summary, fmt.Sprintf("%s: made %d, at most %d at once", role, len(made[role]), most[role]))
-		if most[role] > 1 {
-			t.Errorf("%d %ss existed at once", most[role], role)
-		}
-		if len(made[role]) > 1 {
-			t.Errorf("%s was made %d times: the restarted controller redid work", role, len(made[role]))
-		}
-	}
-	if len(roles) == 0 {
-		t.Errorf("no temporary object of claim %s was seen: the tracker saw nothing", uid)
-	}
-	return strings.Join(summary, "; ")
 }
 
 // stepsOf are a DataVolume's phase and progress changes seen.
@@ -590,9 +493,7 @@ func assertNothingLeft(t *testing.T, c client.Client, namespaces []string, keep 
 				left = append(left, fmt.Sprintf("pod %s/%s (%s)", ns, p.Name, p.Status.Phase))
 			}
 			for _, sn := range snaps.Items {
-				if sn.DeletionTimestamp != nil && len(sn.Finalizers) > 0 && !slices.ContainsFunc(sn.Finalizers, func(f string) bool {
-					return !strings.HasPrefix(f, "provisioner.storage.kubernetes.io/")
-				}) {
+				if sn.DeletionTimestamp != nil && kit.OnlyProvisionerFinalizers(sn.Finalizers) {
 					// Deleted; external-provisioner's source protection holds
 					// it until its next resync.
 					if !held[sn.Name] {
@@ -744,21 +645,7 @@ func writeSource(t *testing.T, c client.Client, ns, name, class, size string, da
 	if err := c.Create(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	var sum string
-	kit.Eventually(t, 3*time.Minute, 500*time.Millisecond, "pod "+pod.Name+" to write the source", func() (bool, string, error) {
-		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
-			return false, err.Error(), nil
-		}
-		if pod.Status.Phase == corev1.PodFailed {
-			t.Fatalf("pod %s failed: %+v", pod.Name, pod.Status.ContainerStatuses)
-		}
-		for _, s := range pod.Status.ContainerStatuses {
-			if term := s.State.Terminated; term != nil && term.ExitCode == 0 {
-				sum = strings.TrimSpace(term.Message)
-			}
-		}
-		return sum != "", string(pod.Status.Phase), nil
-	})
+	sum := podReport(t, c, pod, 3*time.Minute, 500*time.Millisecond, "to write the source")
 	if len(sum) != 64 {
 		t.Fatalf("writer of %s/%s reported %q", ns, name, sum)
 	}

@@ -307,19 +307,19 @@ func testSIGKILLMidClone(t *testing.T, c client.WithWatch, st cdiv1.CDICloneStra
 		if err := c.Get(ctx, client.ObjectKeyFromObject(dv), target); err != nil {
 			return false, err.Error(), nil
 		}
-		step = slowStepInFlight(ctx, c, st, srcNs, string(target.UID))
+		step = kit.CloneStepInFlight(ctx, c, st, srcNs, string(target.UID))
 		return step != "", fmt.Sprintf("%s %s, slow step not seen", dv.Status.Phase, dv.Status.Progress), nil
 	})
 	t.Logf("killing the controller mid-clone (+%.1fs): DataVolume %s %s, %s, %s after creation", time.Since(tr.began).Seconds(), dv.Status.Phase, dv.Status.Progress, step, time.Since(created).Round(10*time.Millisecond))
 	k := killController(t)
-	right := slowStepInFlight(ctx, c, st, srcNs, string(target.UID))
+	right := kit.CloneStepInFlight(ctx, c, st, srcNs, string(target.UID))
 	if right == "" {
 		right = "the slow step done"
 	}
 	t.Logf("right after the kill (%s): %s", time.Since(k.at).Round(10*time.Millisecond), right)
 	k.waitBack(t)
 	_ = c.Get(ctx, client.ObjectKeyFromObject(dv), dv)
-	now := slowStepInFlight(ctx, c, st, srcNs, string(target.UID))
+	now := kit.CloneStepInFlight(ctx, c, st, srcNs, string(target.UID))
 	if now == "" {
 		now = "the slow step done"
 	}
@@ -382,7 +382,7 @@ func finish(t *testing.T, c client.WithWatch, tr *tempTracker, dv *cdiv1.DataVol
 	}
 	tr.checkProgress(t, dv.Namespace, dv.Name)
 	phases := tr.checkPhases(t, dv.Namespace, dv.Name, inFlight)
-	t.Logf("phases %v; %s", phases, tr.checkTemporaries(t, pvc.UID))
+	t.Logf("phases %v; %s", phases, tr.CheckTemporaries(t, pvc.UID))
 	t.Logf("DataVolume steps: %s", strings.Join(tr.stepsOf(dv.Namespace, dv.Name), ", "))
 	deleteDataVolume(t, c, dv.Namespace, dv.Name)
 	began := time.Now()
@@ -419,43 +419,10 @@ func temporariesOf(ctx context.Context, c client.Client, uid types.UID, namespac
 		}
 		for i := range snaps.Items {
 			sn := &snaps.Items[i]
-			if ours(sn) && !(sn.DeletionTimestamp != nil && onlyProvisionerFinalizers(sn.Finalizers)) {
+			if ours(sn) && !(sn.DeletionTimestamp != nil && kit.OnlyProvisionerFinalizers(sn.Finalizers)) {
 				left = append(left, "snapshot "+ns+"/"+sn.Name)
 			}
 		}
 	}
 	return left, nil
-}
-
-func onlyProvisionerFinalizers(fs []string) bool {
-	for _, f := range fs {
-		if !strings.HasPrefix(f, "provisioner.storage.kubernetes.io/") {
-			return false
-		}
-	}
-	return len(fs) > 0
-}
-
-// slowStepInFlight says which slow step of a clone by st is under way (the
-// source pod streaming, the temporary snapshot being taken, the CSI clone
-// being provisioned), or "" when none is.
-func slowStepInFlight(ctx context.Context, c client.Client, st cdiv1.CDICloneStrategy, srcNs, uid string) string {
-	switch st {
-	case cdiv1.CloneStrategyHostAssisted:
-		pod := &corev1.Pod{}
-		if err := c.Get(ctx, types.NamespacedName{Namespace: srcNs, Name: uid + "-source-pod"}, pod); err == nil && pod.Status.Phase == corev1.PodRunning {
-			return "source pod " + pod.Name + " streaming"
-		}
-	case cdiv1.CloneStrategySnapshot:
-		sn := &snapshotv1.VolumeSnapshot{}
-		if err := c.Get(ctx, types.NamespacedName{Namespace: srcNs, Name: "tmp-snapshot-" + uid}, sn); err == nil && (sn.Status == nil || !ptr.Deref(sn.Status.ReadyToUse, false)) {
-			return "snapshot " + sn.Name + " being taken"
-		}
-	case cdiv1.CloneStrategyCsiClone:
-		p := &corev1.PersistentVolumeClaim{}
-		if err := c.Get(ctx, types.NamespacedName{Namespace: srcNs, Name: "tmp-pvc-" + uid}, p); err == nil && p.Status.Phase == corev1.ClaimPending {
-			return "CSI clone " + p.Name + " being provisioned"
-		}
-	}
-	return ""
 }
