@@ -266,17 +266,13 @@ func tempMeta(f *populators.Flow, name string) metav1.ObjectMeta {
 // another refusal is the API's, named for what was refused.
 func refusedCreate(err error, what string, key types.NamespacedName, target *corev1.PersistentVolumeClaim) (populators.Result, bool) {
 	if q, ok := populators.ParseQuotaExceeded(err); ok {
-		return wait(populators.ReasonExceededQuota, explainTempQuota(q, what, key, target), quotaRetry), true
+		return wait(populators.ReasonExceededQuota, explainTempQuota(q, what, key, target), populators.QuotaRetry), true
 	}
 	if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) {
 		return populators.Result{}, false
 	}
 	return wait(populators.ReasonExceededQuota, fmt.Sprintf("cannot create the clone's temporary %s %s: %v", what, key, err), 30*time.Second), true
 }
-
-// quotaRetry is how soon a temporary object a quota refused is tried again
-// (the prime's pace).
-const quotaRetry = 15 * time.Second
 
 // explainTempQuota says which quota refused a clone's temporary object and
 // what to do, in the style of QuotaExceeded.Explain for the prime. It is pure.
@@ -288,11 +284,7 @@ func explainTempQuota(q *populators.QuotaExceeded, what string, key types.Namesp
 	case what == "PersistentVolumeClaim":
 		purpose = "that restores the source snapshot for the copy to " + target.Name
 	}
-	msg := fmt.Sprintf("exceeded quota: %s: the ResourceQuota %s in namespace %s has no room for the temporary %s %s %s",
-		q.Quota, q.Quota, key.Namespace, what, key.Name, purpose)
-	if q.Requested != "" {
-		msg += fmt.Sprintf(" (requested %s, used %s, limited %s)", q.Requested, q.Used, q.Limited)
-	}
+	msg := q.Refused(key.Namespace, fmt.Sprintf("temporary %s %s %s", what, key.Name, purpose))
 	if key.Namespace == target.Namespace {
 		msg += "; it lives until the clone is done and counts against the quota with the claim"
 	} else {

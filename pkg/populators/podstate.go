@@ -111,10 +111,7 @@ func nodeOf(pod *corev1.Pod) string {
 
 // explainPod says which quota refused a worker pod, in the style of Explain.
 func (q *QuotaExceeded) explainPod(noun string, pod *corev1.Pod, target *corev1.PersistentVolumeClaim) string {
-	msg := fmt.Sprintf("exceeded quota: %s: the ResourceQuota %s in namespace %s has no room for the %s %s that fills %s", q.Quota, q.Quota, pod.Namespace, noun, pod.Name, target.Name)
-	if q.Requested != "" {
-		msg += fmt.Sprintf(" (requested %s, used %s, limited %s)", q.Requested, q.Used, q.Limited)
-	}
+	msg := q.Refused(pod.Namespace, fmt.Sprintf("%s %s that fills %s", noun, pod.Name, target.Name))
 	if pod.Namespace != target.Namespace {
 		msg += "; it runs next to the clone's source and counts against that namespace's quota"
 	}

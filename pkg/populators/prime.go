@@ -40,7 +40,7 @@ func (p *PrimePhase) Reconcile(ctx context.Context, f *Flow) (Result, error) {
 			if q, ok := ParseQuotaExceeded(err); ok {
 				// Nothing was made: the claim waits, and goes on by itself
 				// once the quota has room (raised, or storage freed).
-				return Result{Reason: ReasonExceededQuota, Event: corev1.EventTypeWarning, RetryAfter: quotaRetry,
+				return Result{Reason: ReasonExceededQuota, Event: corev1.EventTypeWarning, RetryAfter: QuotaRetry,
 					Message: q.Explain(prime, f.Target)}, nil
 			}
 			if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
@@ -84,8 +84,9 @@ const (
 	ReasonErrCreatingPVCPrime = "ErrCreatingPVCPrime"
 )
 
-// quotaRetry is how soon a claim refused by a quota tries again.
-const quotaRetry = 15 * time.Second
+// QuotaRetry is how soon an object refused by a quota (a prime, a worker
+// pod, a clone's temporary object) is tried again.
+const QuotaRetry = 15 * time.Second
 
 // QuotaExceeded is kube-apiserver's refusal by a ResourceQuota:
 // "exceeded quota: <name>, requested: <list>, used: <list>, limited: <list>".
@@ -115,13 +116,20 @@ func ParseQuotaExceeded(err error) (*QuotaExceeded, bool) {
 	return q, true
 }
 
-// Explain says which quota refused the prime and what to do, in the words
-// of the user's claim.
-func (q *QuotaExceeded) Explain(prime, target *corev1.PersistentVolumeClaim) string {
-	msg := fmt.Sprintf("exceeded quota: %s: the ResourceQuota %s in namespace %s has no room for the temporary claim %s that fills %s", q.Quota, q.Quota, prime.Namespace, prime.Name, target.Name)
+// Refused is how every quota message starts: which ResourceQuota in which
+// namespace has no room for what (object), and its figures. It is pure.
+func (q *QuotaExceeded) Refused(namespace, object string) string {
+	msg := fmt.Sprintf("exceeded quota: %s: the ResourceQuota %s in namespace %s has no room for the %s", q.Quota, q.Quota, namespace, object)
 	if q.Requested != "" {
 		msg += fmt.Sprintf(" (requested %s, used %s, limited %s)", q.Requested, q.Used, q.Limited)
 	}
+	return msg
+}
+
+// Explain says which quota refused the prime and what to do, in the words
+// of the user's claim.
+func (q *QuotaExceeded) Explain(prime, target *corev1.PersistentVolumeClaim) string {
+	msg := q.Refused(prime.Namespace, fmt.Sprintf("temporary claim %s that fills %s", prime.Name, target.Name))
 	if prime.Namespace == target.Namespace {
 		msg += "; while it is filled, the claim's size counts twice against the quota"
 	} else {

@@ -143,7 +143,7 @@ func (w *WorkerPhase) Reconcile(ctx context.Context, f *Flow) (Result, error) {
 		if q, ok := ParseQuotaExceeded(err); ok {
 			// A pod quota (count/pods, requests.memory) in the worker's
 			// namespace: say which, and go on once it has room.
-			return Result{Pod: &PodStatus{Restarts: restarts}, Reason: ReasonExceededQuota, Event: corev1.EventTypeWarning, RetryAfter: quotaRetry,
+			return Result{Pod: &PodStatus{Restarts: restarts}, Reason: ReasonExceededQuota, Event: corev1.EventTypeWarning, RetryAfter: QuotaRetry,
 				Message: q.explainPod(spec.Noun, pod, f.Target)}, nil
 		}
 		if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
