@@ -6,7 +6,6 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
-	"time"
 
 	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v6/apis/volumesnapshot/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -181,8 +180,8 @@ func (r *DataVolumeReconciler) createClaim(ctx context.Context, dv *cdiv1.DataVo
 		msg := fmt.Sprintf("creating claim %s: %v", dv.Name, err)
 		if apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota: ") {
 			// CDI's reason; nothing watches quotas, so look again soon.
-			r.event(dv, corev1.EventTypeWarning, reasonExceededQuota, "CreateClaim", msg)
-			return nil, ClaimView{Problem: msg, ProblemReason: reasonExceededQuota, RetryAfter: 15 * time.Second}, nil
+			r.event(dv, corev1.EventTypeWarning, populators.ReasonExceededQuota, "CreateClaim", msg)
+			return nil, ClaimView{Problem: msg, ProblemReason: populators.ReasonExceededQuota, RetryAfter: populators.QuotaRetry}, nil
 		}
 		r.event(dv, corev1.EventTypeWarning, "ErrClaimNotValid", "CreateClaim", msg)
 		return nil, ClaimView{Problem: msg, ProblemReason: "ErrClaimNotValid"}, nil

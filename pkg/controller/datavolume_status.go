@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+	"github.com/kubefill/kubefill/pkg/populators"
 )
 
 // ClaimView is what the DataVolume controller learned about the claim it
@@ -38,8 +39,8 @@ func ComputeStatus(dv *cdiv1.DataVolume, view ClaimView) cdiv1.DataVolumeStatus 
 
 	if view.Problem != "" {
 		running.Reason, running.Message = view.ProblemReason, view.Problem
-		if view.ProblemReason == reasonExceededQuota {
-			bound.Reason, bound.Message = reasonExceededQuota, view.Problem
+		if view.ProblemReason == populators.ReasonExceededQuota {
+			bound.Reason, bound.Message = populators.ReasonExceededQuota, view.Problem
 		}
 	}
 	if pvc != nil {
@@ -64,9 +65,9 @@ func ComputeStatus(dv *cdiv1.DataVolume, view ClaimView) cdiv1.DataVolumeStatus 
 				status = corev1.ConditionTrue
 			}
 			running = condition(cdiv1.DataVolumeRunning, status, ann[cdiv1.AnnRunningConditionReason], ann[cdiv1.AnnRunningConditionMessage])
-			if running.Reason == reasonExceededQuota && pvc.Status.Phase != corev1.ClaimBound {
+			if running.Reason == populators.ReasonExceededQuota && pvc.Status.Phase != corev1.ClaimBound {
 				// KubeVirt reads a quota refusal in the Bound condition, as CDI reports it.
-				bound.Reason, bound.Message = reasonExceededQuota, running.Message
+				bound.Reason, bound.Message = populators.ReasonExceededQuota, running.Message
 			}
 		}
 		kind := reportingKindOf(dv)
@@ -122,14 +123,11 @@ func workerFailureEvent(old, computed []cdiv1.DataVolumeCondition) (reason, mess
 		return "", "", false
 	}
 	switch now.Reason {
-	case cdiv1.ReasonError, "Retrying", "Backoff", "CrashLoopBackOff", reasonExceededQuota:
+	case cdiv1.ReasonError, populators.ReasonRetrying, populators.ReasonBackoff, "CrashLoopBackOff", populators.ReasonExceededQuota:
 		return now.Reason, now.Message, true
 	}
 	return "", "", false
 }
-
-// reasonExceededQuota is CDI's reason for a claim a ResourceQuota refuses.
-const reasonExceededQuota = "ErrExceededQuota"
 
 func condition(t cdiv1.DataVolumeConditionType, s corev1.ConditionStatus, reason, message string) cdiv1.DataVolumeCondition {
 	return cdiv1.DataVolumeCondition{Type: t, Status: s, Reason: reason, Message: message}

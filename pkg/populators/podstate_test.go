@@ -164,8 +164,8 @@ func TestBackoffMessageKeepsTheFailure(t *testing.T) {
 	cases := []struct {
 		name, reason, message, want string
 	}{
-		{"right after the retry", reasonRetrying, oom, oom},
-		{"later in the backoff", reasonBackoff, oom, oom},
+		{"right after the retry", ReasonRetrying, oom, oom},
+		{"later in the backoff", ReasonBackoff, oom, oom},
 		{"nothing retried yet", "Pending", "", "waiting before the next attempt"},
 		{"another reason's message is not a failure", "ErrExceededQuota", "exceeded quota: q", "waiting before the next attempt"},
 	}

@@ -181,7 +181,7 @@ func (u *UploadServer) Observe(ctx context.Context, f *Flow, pod *corev1.Pod, re
 		if res.Pod.Phase == corev1.PodRunning {
 			res.RetryAfter = 5 * time.Second
 		}
-	case res.Reason == reasonRetrying:
+	case res.Reason == ReasonRetrying:
 		// The new server has received nothing: the upload starts over.
 		res.Progress = FormatProgress(0, false)
 	case res.Pod.Phase == corev1.PodRunning && res.Pod.Ready:

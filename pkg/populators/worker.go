@@ -63,11 +63,11 @@ type DataClaim struct {
 	ReadOnly  bool
 }
 
-// reasonRetrying is a replaced worker's reason: it failed and a new one
-// starts; reasonBackoff the wait before the new one.
+// ReasonRetrying is a replaced worker's reason: it failed and a new one
+// starts; ReasonBackoff the wait before the new one.
 const (
-	reasonRetrying = "Retrying"
-	reasonBackoff  = "Backoff"
+	ReasonRetrying = "Retrying"
+	ReasonBackoff  = "Backoff"
 )
 
 // backoffMessage is what the target shows while the next worker waits: the
@@ -75,7 +75,7 @@ const (
 // whole backoff, not only for the moment the failed pod was replaced.
 func backoffMessage(target *corev1.PersistentVolumeClaim, waiting string) string {
 	switch target.Annotations[cdiv1.AnnRunningConditionReason] {
-	case reasonRetrying, reasonBackoff:
+	case ReasonRetrying, ReasonBackoff:
 		if last := target.Annotations[cdiv1.AnnRunningConditionMessage]; last != "" {
 			return last
 		}
@@ -127,7 +127,7 @@ func (w *WorkerPhase) Reconcile(ctx context.Context, f *Flow) (Result, error) {
 	// No pod: start one unless the last one's backoff is still running.
 	failedSoFar := int32(st.Attempts)
 	if d := decideRetry(w.Retry, st, nil, w.now()); d.Action == holdOff {
-		return Result{Pod: &PodStatus{Restarts: failedSoFar}, Reason: reasonBackoff, Message: backoffMessage(f.Target, d.Message), RetryAfter: d.Wait}, nil
+		return Result{Pod: &PodStatus{Restarts: failedSoFar}, Reason: ReasonBackoff, Message: backoffMessage(f.Target, d.Message), RetryAfter: d.Wait}, nil
 	}
 	config := &cdiv1.CDIConfig{}
 	if err := w.Client.Get(ctx, types.NamespacedName{Name: cdiv1.CDIConfigName}, config); client.IgnoreNotFound(err) != nil {
@@ -180,7 +180,7 @@ func (w *WorkerPhase) observe(ctx context.Context, f *Flow, pod *corev1.Pod, st 
 				return Result{}, fmt.Errorf("deleting failed worker pod %s: %w", pod.Name, err)
 			}
 			// A failure that will be retried is not the population's end: say so.
-			res.Pod.Phase, res.Pod.Ready, res.Reason, res.Message = corev1.PodPending, false, reasonRetrying, d.Message
+			res.Pod.Phase, res.Pod.Ready, res.Reason, res.Message = corev1.PodPending, false, ReasonRetrying, d.Message
 			res.Pod.Restarts++
 			res.RetryAfter = d.Wait
 			if d.Wait == 0 {
