@@ -543,7 +543,7 @@ func logMessage(line string) string {
 		return strings.TrimSpace(line)
 	}
 	msg := fmt.Sprint(rec["msg"])
-	for _, k := range []string{"took", "seconds", "in", "error"} {
+	for _, k := range []string{"took", "seconds", "in", "error", "after", "attempts", "timedOut", "refused", "url"} {
 		if v, ok := rec[k]; ok {
 			msg += fmt.Sprintf(" %s=%v", k, v)
 		}
