@@ -199,6 +199,9 @@ func closeSynced(f *os.File, hw *holeWriter, err error) error {
 			err = fmt.Errorf("fsync %s: %w", hw.name, err)
 		}
 	}
+	if cerr := hw.closeDirect(); err == nil && cerr != nil {
+		err = cerr
+	}
 	if cerr := f.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("closing %s: %w", hw.name, cerr)
 	}
@@ -460,6 +463,9 @@ func (x *extractor) file(t *tailReader, tr *tar.Reader, h *tar.Header, name stri
 	}
 	if err == nil {
 		err = f.Sync()
+	}
+	if cerr := hw.closeDirect(); err == nil && cerr != nil {
+		err = cerr
 	}
 	if cerr := f.Close(); err == nil && cerr != nil {
 		err = cerr
