@@ -27,11 +27,13 @@
 // On the receiving side every all-zero 4 KiB block becomes a hole again: on
 // a fresh file by not writing it, on a device (or an existing file standing
 // in for one) by punching it (FALLOC_FL_PUNCH_HOLE, which reads back as
-// zeros), or by writing zeros where punching is not supported. The holes of
-// a PAX sparse 1.0 entry are not even made: its data fragments are copied
-// to their offsets (see tarfast.go), so a 20 GiB disk.img holding 1 GiB
-// costs what a 2 GiB one does. Other tar formats (CDI's `tar -S` writes old
-// GNU sparse headers) go through archive/tar, which reads holes as zeros.
+// zeros), or by writing zeros where punching is not supported. A fresh
+// file's large aligned runs are written with O_DIRECT, past the page cache
+// (see holeWriter.writeDirect). The holes of a PAX sparse 1.0 entry are
+// not even made: its data fragments are copied to their offsets (see
+// tarfast.go), so a 20 GiB disk.img holding 1 GiB costs what a 2 GiB one
+// does. Other tar formats (CDI's `tar -S` writes old GNU sparse headers)
+// go through archive/tar, which reads holes as zeros.
 package cloner
 
 import (

@@ -265,7 +265,7 @@ func upload(ctx context.Context, client *http.Client, target string, job Job, pr
 	directFailed, lastDirect := false, ""
 	timedOut := 0
 	for i := 1; ; i++ {
-		dst, timeout := target, dialTimeout(i)
+		dst, timeout := target, dialTimeout(timedOut+1)
 		// The upload pod's own address when known, except right after it
 		// failed (it may be a replaced pod's): then the Service's.
 		direct := ""
@@ -349,8 +349,10 @@ func dialWithAttemptTimeout(ctx context.Context, network, addr string) (net.Conn
 	return d.DialContext(ctx, network, addr)
 }
 
-// dialTimeout is the n-th attempt's dial timeout: 250 ms for the first
-// quickAttempts, then 1 s, growing by a second each time up to 30 s. A
+// dialTimeout is the dial timeout of an attempt after n-1 attempts timed
+// out: 250 ms for the first quickAttempts, then 1 s, growing by a second
+// each time up to 30 s. Refused attempts (nothing listens yet, or the
+// Service has no endpoint) cost next to nothing and do not count. A
 // Service address the node has no rule for yet (the Service was made
 // moments ago) may leave the connection attempt unanswered rather than
 // refused, and TCP would send its SYN again only a second later: on the
@@ -365,7 +367,7 @@ func dialTimeout(n int) time.Duration {
 	return min(time.Duration(n-quickAttempts)*time.Second, 30*time.Second)
 }
 
-// quickAttempts is how many attempts get the short dial timeout.
+// quickAttempts is how many timed-out attempts get the short dial timeout.
 const quickAttempts = 8
 
 // DefaultRetryWindow is how long an upload server that cannot be reached

@@ -188,9 +188,9 @@ func TestRetryWait(t *testing.T) {
 	}
 }
 
-// TestDialTimeout: short dial timeouts for the first attempts (an
-// unanswered SYN would otherwise wait for TCP's one-second retransmit),
-// then a second more each time, up to 30 s.
+// TestDialTimeout: short dial timeouts for the first attempts that time
+// out (an unanswered SYN would otherwise wait for TCP's one-second
+// retransmit), then a second more each time, up to 30 s.
 func TestDialTimeout(t *testing.T) {
 	for n, want := range map[int]time.Duration{0: 250 * time.Millisecond, 1: 250 * time.Millisecond, 8: 250 * time.Millisecond, 9: time.Second, 10: 2 * time.Second, 37: 29 * time.Second, 38: 30 * time.Second, 100: 30 * time.Second} {
 		if got := dialTimeout(n); got != want {
