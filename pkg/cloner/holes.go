@@ -144,8 +144,9 @@ func (w *holeWriter) writeDirect(b []byte, off int64) (bool, error) {
 	return true, nil
 }
 
-// closeDirect closes the O_DIRECT descriptor; the data it wrote is on the
-// disk, and the fsync of f makes the file's allocation durable too.
+// closeDirect closes the O_DIRECT descriptor, beside the close of f, on
+// success and failure alike; the data it wrote is on the disk, and the
+// fsync of f makes the file's allocation durable too.
 func (w *holeWriter) closeDirect() error {
 	if w.direct == nil {
 		return nil
@@ -200,9 +201,6 @@ func (w *holeWriter) flushZeros(end int64) error {
 
 // finish completes the pending holes and, on a fresh file, sets its length.
 func (w *holeWriter) finish() error {
-	if err := w.closeDirect(); err != nil {
-		return err
-	}
 	if err := w.flushZeros(w.off); err != nil {
 		return err
 	}
