@@ -169,18 +169,24 @@ func cniCacheEntries(network string) []string {
 	return out
 }
 
-// kubeChains lists the KUBE-* chains in the iptables tables kube-proxy and
-// kubelet write.
+// xtables are the commands of the two address families: kubelet makes
+// its canary and firewall chains in both.
+var xtables = []string{"iptables", "ip6tables"}
+
+// kubeChains lists the KUBE-* chains in the iptables and ip6tables tables
+// kube-proxy and kubelet write.
 func kubeChains() []string {
 	var out []string
-	for _, table := range []string{"filter", "nat", "mangle"} {
-		b, err := exec.Command("iptables", "-w", "-t", table, "-S").Output()
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(line); len(f) == 2 && f[0] == "-N" && strings.HasPrefix(f[1], "KUBE-") {
-				out = append(out, table+"/"+f[1])
+	for _, cmd := range xtables {
+		for _, table := range []string{"filter", "nat", "mangle"} {
+			b, err := exec.Command(cmd, "-w", "-t", table, "-S").Output()
+			if err != nil {
+				continue
+			}
+			for _, line := range strings.Split(string(b), "\n") {
+				if f := strings.Fields(line); len(f) == 2 && f[0] == "-N" && strings.HasPrefix(f[1], "KUBE-") {
+					out = append(out, cmd+" "+table+"/"+f[1])
+				}
 			}
 		}
 	}
@@ -188,33 +194,43 @@ func kubeChains() []string {
 }
 
 // removeKubeChains empties and deletes the KUBE-* chains kubelet leaves
-// (kube-proxy --cleanup removes its own), after dropping every jump to them.
+// (kube-proxy --cleanup removes its own), after dropping every jump to
+// them, in both address families.
 func removeKubeChains() []error {
 	var errs []error
-	for _, table := range []string{"filter", "nat", "mangle"} {
-		b, err := exec.Command("iptables", "-w", "-t", table, "-S").Output()
-		if err != nil {
-			continue
-		}
-		var chains []string
-		for _, line := range strings.Split(string(b), "\n") {
-			f := strings.Fields(line)
-			if len(f) == 2 && f[0] == "-N" && strings.HasPrefix(f[1], "KUBE-") {
-				chains = append(chains, f[1])
+	for _, cmd := range xtables {
+		run := func(args ...string) error {
+			out, err := exec.Command(cmd, append([]string{"-w"}, args...)...).CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("%s %s: %v: %s", cmd, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 			}
-			// A rule jumping to a KUBE- chain from a built-in chain.
-			if len(f) > 3 && f[0] == "-A" && !strings.HasPrefix(f[1], "KUBE-") && bytes.Contains([]byte(line), []byte("-j KUBE-")) {
-				if err := iptables(append([]string{"-t", table, "-D"}, f[1:]...)...); err != nil {
-					errs = append(errs, err)
+			return nil
+		}
+		for _, table := range []string{"filter", "nat", "mangle"} {
+			b, err := exec.Command(cmd, "-w", "-t", table, "-S").Output()
+			if err != nil {
+				continue
+			}
+			var chains []string
+			for _, line := range strings.Split(string(b), "\n") {
+				f := strings.Fields(line)
+				if len(f) == 2 && f[0] == "-N" && strings.HasPrefix(f[1], "KUBE-") {
+					chains = append(chains, f[1])
+				}
+				// A rule jumping to a KUBE- chain from a built-in chain.
+				if len(f) > 3 && f[0] == "-A" && !strings.HasPrefix(f[1], "KUBE-") && bytes.Contains([]byte(line), []byte("-j KUBE-")) {
+					if err := run(append([]string{"-t", table, "-D"}, f[1:]...)...); err != nil {
+						errs = append(errs, err)
+					}
 				}
 			}
-		}
-		for _, ch := range chains {
-			_ = iptables("-t", table, "-F", ch)
-		}
-		for _, ch := range chains {
-			if err := iptables("-t", table, "-X", ch); err != nil {
-				errs = append(errs, err)
+			for _, ch := range chains {
+				_ = run("-t", table, "-F", ch)
+			}
+			for _, ch := range chains {
+				if err := run("-t", table, "-X", ch); err != nil {
+					errs = append(errs, err)
+				}
 			}
 		}
 	}
@@ -273,7 +289,7 @@ func realNodeLeftovers(dir string, rn *realNode) []string {
 		out = append(out, "cgroup "+d)
 	}
 	for _, ch := range kubeChains() {
-		out = append(out, "iptables chain "+ch)
+		out = append(out, "chain "+ch)
 	}
 	if rn.Net != nil {
 		out = append(out, rn.Net.leftovers()...)
