@@ -24,7 +24,7 @@ import (
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 	uploadv1 "github.com/kubefill/kubefill-api/upload/v1beta1"
-	"github.com/kubefill/kubefill/pkg/apiserver/admission"
+	"github.com/kubefill/kubefill/pkg/cloneauth"
 	"github.com/kubefill/kubefill/pkg/token"
 	"github.com/kubefill/kubefill/tests/kit"
 )
@@ -193,8 +193,8 @@ func TestAggregatedRoles(t *testing.T) {
 		t.Errorf("editor may create uploadtokenrequests in %s, where it is only a viewer", src)
 	}
 	// Cloning from src: the same check the DataVolume webhook makes.
-	authz := admission.CloneAuthorizer{Client: k8sClient}
-	cloneFrom := admission.CloneSource{Resource: token.ResourcePVC, Namespace: src, Name: "golden"}
+	authz := cloneauth.Authorizer{Client: k8sClient}
+	cloneFrom := cloneauth.Source{Resource: token.ResourcePVC, Namespace: src, Name: "golden"}
 	ok, msg, err := authz.Authorize(ctx, userInfo(editor), cloneFrom)
 	if err != nil || !ok {
 		t.Errorf("editor (view in %s) may not clone from it: %v %s", src, err, msg)

@@ -49,16 +49,3 @@ func withNS(dv *cdiv1.DataVolume, ns string) *cdiv1.DataVolume {
 	dv.Namespace = ns
 	return dv
 }
-
-// A DataSource not resolved yet is authorised for the whole namespace (no
-// object name) and with the stricter snapshot rule, since it may come to
-// name a snapshot.
-func TestCloneAccessChecksForUnresolvedDataSource(t *testing.T) {
-	explicit, implicit := CloneAccessChecks(CloneSource{Resource: token.ResourceDataSource, Namespace: "os-images", Name: "fedora"})
-	if len(explicit) != 1 || explicit[0].Name != "" || explicit[0].Namespace != "os-images" || explicit[0].Subresource != cdiv1.DataVolumeCloneSourceSubresource {
-		t.Errorf("explicit checks %+v", explicit)
-	}
-	if len(implicit) != 2 || implicit[0].Resource != "pods" || implicit[1].Resource != "persistentvolumeclaims" {
-		t.Errorf("implicit checks %+v", implicit)
-	}
-}

@@ -7,35 +7,15 @@ import (
 	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
-	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 
+	"github.com/kubefill/kubefill/pkg/cloneauth"
 	"github.com/kubefill/kubefill/pkg/token"
 )
-
-// CloneSource is what a DataVolume clones from, after resolving a sourceRef.
-type CloneSource struct {
-	Resource  metav1.GroupVersionResource
-	Namespace string
-	Name      string
-}
-
-// IsSnapshot says whether the source is a VolumeSnapshot.
-func (c CloneSource) IsSnapshot() bool {
-	return c.Resource.Resource == token.ResourceVolumeSnapshot.Resource
-}
-
-// IsDataSource says whether the source is a DataSource whose own source
-// was not known at admission (see unresolvedDataSource).
-func (c CloneSource) IsDataSource() bool {
-	return c.Resource.Resource == token.ResourceDataSource.Resource
-}
 
 // DataSourceGetter reads a DataSource.
 type DataSourceGetter func(ctx context.Context, namespace, name string) (*cdiv1.DataSource, error)
@@ -43,13 +23,13 @@ type DataSourceGetter func(ctx context.Context, namespace, name string) (*cdiv1.
 // ResolveCloneSource returns the clone source of dv, or nil if dv does not
 // clone. A sourceRef is followed to its DataSource, and from there at most one
 // more DataSource, as CDI allows.
-func ResolveCloneSource(ctx context.Context, dv *cdiv1.DataVolume, get DataSourceGetter) (*CloneSource, error) {
-	fromPair := func(pvc *cdiv1.DataVolumeSourcePVC, snap *cdiv1.DataVolumeSourceSnapshot, defNS string) *CloneSource {
+func ResolveCloneSource(ctx context.Context, dv *cdiv1.DataVolume, get DataSourceGetter) (*cloneauth.Source, error) {
+	fromPair := func(pvc *cdiv1.DataVolumeSourcePVC, snap *cdiv1.DataVolumeSourceSnapshot, defNS string) *cloneauth.Source {
 		switch {
 		case pvc != nil:
-			return &CloneSource{Resource: token.ResourcePVC, Namespace: orDefault(pvc.Namespace, defNS), Name: pvc.Name}
+			return &cloneauth.Source{Resource: token.ResourcePVC, Namespace: orDefault(pvc.Namespace, defNS), Name: pvc.Name}
 		case snap != nil:
-			return &CloneSource{Resource: token.ResourceVolumeSnapshot, Namespace: orDefault(snap.Namespace, defNS), Name: snap.Name}
+			return &cloneauth.Source{Resource: token.ResourceVolumeSnapshot, Namespace: orDefault(snap.Namespace, defNS), Name: snap.Name}
 		}
 		return nil
 	}
@@ -87,15 +67,15 @@ func ResolveCloneSource(ctx context.Context, dv *cdiv1.DataVolume, get DataSourc
 // image before its first import. The user is then authorised for the
 // DataSource's namespace, and the controller accepts the token once the
 // DataSource resolves to a source in that namespace.
-func unresolvedDataSource(dv *cdiv1.DataVolume, resolveErr error) (CloneSource, bool) {
+func unresolvedDataSource(dv *cdiv1.DataVolume, resolveErr error) (cloneauth.Source, bool) {
 	ref := dv.Spec.SourceRef
 	if dv.Spec.Source != nil || ref == nil || ref.Kind != cdiv1.DataVolumeDataSource || ref.Name == "" {
-		return CloneSource{}, false
+		return cloneauth.Source{}, false
 	}
 	if resolveErr != nil && !apierrors.IsNotFound(resolveErr) {
-		return CloneSource{}, false
+		return cloneauth.Source{}, false
 	}
-	return CloneSource{Resource: token.ResourceDataSource, Namespace: orDefault(derefString(ref.Namespace), dv.Namespace), Name: ref.Name}, true
+	return cloneauth.Source{Resource: token.ResourceDataSource, Namespace: orDefault(derefString(ref.Namespace), dv.Namespace), Name: ref.Name}, true
 }
 
 func derefString(s *string) string {
@@ -110,88 +90,6 @@ func orDefault(s, def string) string {
 		return def
 	}
 	return s
-}
-
-// CloneAccessChecks returns the SubjectAccessReview attributes a user must
-// pass to clone from src: either every one of explicit, or every one of implicit.
-func CloneAccessChecks(src CloneSource) (explicit, implicit []authorizationv1.ResourceAttributes) {
-	explicit = []authorizationv1.ResourceAttributes{{
-		Namespace: src.Namespace, Verb: "create", Group: cdiv1.GroupName, Resource: "datavolumes",
-		Subresource: cdiv1.DataVolumeCloneSourceSubresource, Name: src.Name,
-	}}
-	if src.IsDataSource() {
-		// The object to be cloned is not known yet: the whole namespace.
-		explicit[0].Name = ""
-	}
-	implicit = []authorizationv1.ResourceAttributes{{Namespace: src.Namespace, Verb: "create", Resource: "pods"}}
-	if src.IsSnapshot() || src.IsDataSource() {
-		// Restoring a snapshot also needs a claim in the source namespace
-		// (and a DataSource not resolved yet may come to name a snapshot).
-		implicit = append(implicit, authorizationv1.ResourceAttributes{Namespace: src.Namespace, Verb: "create", Resource: "persistentvolumeclaims"})
-	}
-	return explicit, implicit
-}
-
-// CloneAuthorizer runs the SubjectAccessReviews of a clone.
-type CloneAuthorizer struct {
-	Client client.Client
-}
-
-// Authorize returns whether user may clone from src and, if not, a message
-// that names the permission to grant.
-func (a CloneAuthorizer) Authorize(ctx context.Context, user authenticationv1.UserInfo, src CloneSource) (bool, string, error) {
-	explicit, implicit := CloneAccessChecks(src)
-	all := func(attrs []authorizationv1.ResourceAttributes) (bool, error) {
-		for _, at := range attrs {
-			ok, err := a.review(ctx, user, at)
-			if err != nil || !ok {
-				return false, err
-			}
-		}
-		return true, nil
-	}
-	ok, err := all(explicit)
-	if err != nil || ok {
-		return ok, "", err
-	}
-	ok, err = all(implicit)
-	if err != nil || ok {
-		return ok, "", err
-	}
-	alt := "create pods"
-	if src.IsSnapshot() || src.IsDataSource() {
-		alt = "both create pods and create persistentvolumeclaims"
-	}
-	return false, fmt.Sprintf("user %q may not clone %s %s/%s: it needs create on datavolumes/source (API group %s) in namespace %q, or %s there",
-		user.Username, singular(src.Resource.Resource), src.Namespace, src.Name, cdiv1.GroupName, src.Namespace, alt), nil
-}
-
-func singular(resource string) string {
-	switch resource {
-	case "persistentvolumeclaims":
-		return "PersistentVolumeClaim"
-	case "volumesnapshots":
-		return "VolumeSnapshot"
-	case "datasources":
-		return "DataSource"
-	}
-	return resource
-}
-
-func (a CloneAuthorizer) review(ctx context.Context, user authenticationv1.UserInfo, attrs authorizationv1.ResourceAttributes) (bool, error) {
-	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-		User: user.Username, UID: user.UID, Groups: user.Groups, ResourceAttributes: &attrs,
-	}}
-	if len(user.Extra) > 0 {
-		sar.Spec.Extra = map[string]authorizationv1.ExtraValue{}
-		for k, v := range user.Extra {
-			sar.Spec.Extra[k] = authorizationv1.ExtraValue(v)
-		}
-	}
-	if err := a.Client.Create(ctx, sar); err != nil {
-		return false, fmt.Errorf("SubjectAccessReview for %s %s in %s: %w", attrs.Verb, attrs.Resource, attrs.Namespace, err)
-	}
-	return sar.Status.Allowed && !sar.Status.Denied, nil
 }
 
 // DataVolumeMutator is the mutating webhook that authorises clones and adds
@@ -260,7 +158,7 @@ func (m *DataVolumeMutator) Admit(ctx context.Context, req *admissionv1.Admissio
 	// Unlike CDI, which skips the check within one namespace, the review runs
 	// for same-namespace clones too: creating a DataVolume must not become a
 	// way to read a claim one could not otherwise mount.
-	ok, reason, err := CloneAuthorizer{Client: m.Client}.Authorize(ctx, req.UserInfo, *src)
+	ok, reason, err := cloneauth.Authorizer{Client: m.Client}.Authorize(ctx, req.UserInfo, *src)
 	if err != nil {
 		return internalError(err)
 	}

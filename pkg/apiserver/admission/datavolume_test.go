@@ -16,6 +16,7 @@ import (
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 
+	"github.com/kubefill/kubefill/pkg/cloneauth"
 	"github.com/kubefill/kubefill/pkg/token"
 )
 
@@ -184,17 +185,17 @@ func TestResolveCloneSource(t *testing.T) {
 	cases := []struct {
 		name    string
 		dv      *cdiv1.DataVolume
-		want    *CloneSource
+		want    *cloneauth.Source
 		wantErr bool
 	}{
-		{"pvc in same namespace by default", dv(baseSpec(cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Name: "p"}})), &CloneSource{token.ResourcePVC, "team", "p"}, false},
-		{"pvc elsewhere", dv(baseSpec(cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "golden", Name: "p"}})), &CloneSource{token.ResourcePVC, "golden", "p"}, false},
-		{"snapshot", dv(baseSpec(cdiv1.DataVolumeSource{Snapshot: &cdiv1.DataVolumeSourceSnapshot{Namespace: "snaps", Name: "s"}})), &CloneSource{token.ResourceVolumeSnapshot, "snaps", "s"}, false},
+		{"pvc in same namespace by default", dv(baseSpec(cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Name: "p"}})), &cloneauth.Source{Resource: token.ResourcePVC, Namespace: "team", Name: "p"}, false},
+		{"pvc elsewhere", dv(baseSpec(cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "golden", Name: "p"}})), &cloneauth.Source{Resource: token.ResourcePVC, Namespace: "golden", Name: "p"}, false},
+		{"snapshot", dv(baseSpec(cdiv1.DataVolumeSource{Snapshot: &cdiv1.DataVolumeSourceSnapshot{Namespace: "snaps", Name: "s"}})), &cloneauth.Source{Resource: token.ResourceVolumeSnapshot, Namespace: "snaps", Name: "s"}, false},
 		{"not a clone", dv(baseSpec(cdiv1.DataVolumeSource{Blank: &cdiv1.DataVolumeBlankImage{}})), nil, false},
-		{"sourceRef to pvc, namespace defaults to the DataSource's", dv(ref(ptr("golden"), "fedora")), &CloneSource{token.ResourcePVC, "golden", "fedora-42"}, false},
-		{"sourceRef without namespace uses the DataVolume's", dv(ref(nil, "localonly")), &CloneSource{token.ResourcePVC, "team", "p"}, false},
-		{"sourceRef through one DataSource", dv(ref(ptr("golden"), "latest")), &CloneSource{token.ResourcePVC, "golden", "fedora-42"}, false},
-		{"sourceRef to snapshot", dv(ref(ptr("golden"), "snap")), &CloneSource{token.ResourceVolumeSnapshot, "snaps", "s1"}, false},
+		{"sourceRef to pvc, namespace defaults to the DataSource's", dv(ref(ptr("golden"), "fedora")), &cloneauth.Source{Resource: token.ResourcePVC, Namespace: "golden", Name: "fedora-42"}, false},
+		{"sourceRef without namespace uses the DataVolume's", dv(ref(nil, "localonly")), &cloneauth.Source{Resource: token.ResourcePVC, Namespace: "team", Name: "p"}, false},
+		{"sourceRef through one DataSource", dv(ref(ptr("golden"), "latest")), &cloneauth.Source{Resource: token.ResourcePVC, Namespace: "golden", Name: "fedora-42"}, false},
+		{"sourceRef to snapshot", dv(ref(ptr("golden"), "snap")), &cloneauth.Source{Resource: token.ResourceVolumeSnapshot, Namespace: "snaps", Name: "s1"}, false},
 		{"sourceRef two levels deep", dv(ref(ptr("golden"), "loop")), nil, true},
 		{"sourceRef missing", dv(ref(ptr("golden"), "nope")), nil, true},
 	}
@@ -208,21 +209,6 @@ func TestResolveCloneSource(t *testing.T) {
 				t.Fatalf("got %+v, want %+v", got, tc.want)
 			}
 		})
-	}
-}
-
-func TestCloneAccessChecks(t *testing.T) {
-	explicit, implicit := CloneAccessChecks(CloneSource{token.ResourcePVC, "src", "golden"})
-	if len(explicit) != 1 || explicit[0].Group != "cdi.kubevirt.io" || explicit[0].Resource != "datavolumes" ||
-		explicit[0].Subresource != "source" || explicit[0].Verb != "create" || explicit[0].Namespace != "src" || explicit[0].Name != "golden" {
-		t.Fatalf("explicit: %+v", explicit)
-	}
-	if len(implicit) != 1 || implicit[0].Resource != "pods" || implicit[0].Group != "" || implicit[0].Namespace != "src" {
-		t.Fatalf("implicit for a PVC: %+v", implicit)
-	}
-	_, implicit = CloneAccessChecks(CloneSource{token.ResourceVolumeSnapshot, "src", "s"})
-	if len(implicit) != 2 || implicit[1].Resource != "persistentvolumeclaims" {
-		t.Fatalf("implicit for a snapshot: %+v", implicit)
 	}
 }
 
