@@ -46,6 +46,26 @@ type DataImportCronSpec struct {
 	// +kubebuilder:validation:Enum=None;All
 	// +optional
 	RetentionPolicy *DataImportCronRetentionPolicy `json:"retentionPolicy,omitempty"`
+	// ServiceAccountName is the ServiceAccount, in the cron's namespace,
+	// whose rights a pvc source is cloned with: it must be allowed to clone
+	// the source claim (create datavolumes/source, or create pods, in the
+	// claim's namespace). Unset: the namespace's "default" ServiceAccount.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	ServiceAccountName *string `json:"serviceAccountName,omitempty"`
+}
+
+// DefaultDataImportCronServiceAccount is the ServiceAccount a cron without
+// spec.serviceAccountName clones its pvc source as, as in CDI.
+const DefaultDataImportCronServiceAccount = "default"
+
+// CloneServiceAccount is the name of the ServiceAccount, in the cron's
+// namespace, whose rights the cron's pvc source is cloned with.
+func (c *DataImportCron) CloneServiceAccount() string {
+	if c.Spec.ServiceAccountName != nil && *c.Spec.ServiceAccountName != "" {
+		return *c.Spec.ServiceAccountName
+	}
+	return DefaultDataImportCronServiceAccount
 }
 
 // DataImportCronGarbageCollect is the garbage collection mode of a cron.

@@ -33,8 +33,8 @@ func TestWireFormat(t *testing.T) {
 		{"clone source", VolumeCloneSourceSpec{Source: corev1.TypedLocalObjectReference{Kind: "VolumeSnapshot", Name: "s", APIGroup: ptr.To("snapshot.storage.k8s.io")}},
 			`{"source":{"apiGroup":"snapshot.storage.k8s.io","kind":"VolumeSnapshot","name":"s"}}`},
 		{"cron spec", DataImportCronSpec{Schedule: "0 */12 * * *", GarbageCollect: ptr.To(DataImportCronGarbageCollectNever), ImportsToKeep: ptr.To[int32](0),
-			ManagedDataSource: "fedora", RetentionPolicy: ptr.To(DataImportCronRetainNone)},
-			`{"template":{"metadata":{},"spec":{},"status":{}},"schedule":"0 */12 * * *","garbageCollect":"Never","importsToKeep":0,"managedDataSource":"fedora","retentionPolicy":"None"}`},
+			ManagedDataSource: "fedora", RetentionPolicy: ptr.To(DataImportCronRetainNone), ServiceAccountName: ptr.To("golden-images")},
+			`{"template":{"metadata":{},"spec":{},"status":{}},"schedule":"0 */12 * * *","garbageCollect":"Never","importsToKeep":0,"managedDataSource":"fedora","retentionPolicy":"None","serviceAccountName":"golden-images"}`},
 		{"cron status keeps CDI's capitalised import keys", DataImportCronStatus{
 			CurrentImports:  []ImportStatus{{DataVolumeName: "fedora-0123456789ab", Digest: "sha256:0123456789abcdef"}},
 			LastImportedPVC: &DataVolumeSourcePVC{Namespace: "os", Name: "fedora-0123456789ab"},
@@ -89,6 +89,20 @@ func TestDataImportCronStrings(t *testing.T) {
 	for i := range want {
 		if got[i] != want[i] {
 			t.Errorf("value %d = %q, want %q", i, got[i], want[i])
+		}
+	}
+}
+
+// A cron without spec.serviceAccountName clones as the namespace's default
+// ServiceAccount, as CDI's does.
+func TestDataImportCronCloneServiceAccount(t *testing.T) {
+	for _, c := range []struct {
+		sa   *string
+		want string
+	}{{nil, "default"}, {ptr.To(""), "default"}, {ptr.To("golden-images"), "golden-images"}} {
+		cron := &DataImportCron{Spec: DataImportCronSpec{ServiceAccountName: c.sa}}
+		if got := cron.CloneServiceAccount(); got != c.want {
+			t.Errorf("serviceAccountName %v: %q, want %q", c.sa, got, c.want)
 		}
 	}
 }
