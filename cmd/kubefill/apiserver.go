@@ -65,6 +65,7 @@ func newAPIServerCommand() *cobra.Command {
 	flags.DurationVar(&opts.TokenLeeway, "token-leeway", token.DefaultCloneTokenLeeway, "clock skew validators allow; also extends how long a rotated-out key stays trusted")
 	flags.DurationVar(&opts.AuthConfigTimeout, "authentication-config-timeout", time.Minute, "how long to wait for the first read of kube-system/extension-apiserver-authentication")
 	flags.DurationVar(&opts.SigningKeyMaxAge, "signing-key-max-age", 0, "rotate the token signing key once it is this old (0: never); the previous key stays trusted for one token lifetime")
+	flags.StringVar(&opts.ControllerUser, "controller-user", "", "username of the Kubefill controller, whose clone DataVolumes the webhooks authorise for their DataImportCron's ServiceAccount (default: system:serviceaccount:<install-namespace>:kubefill-controller)")
 	flags.BoolVar(&opts.DisableWebhooks, "disable-admission-webhooks", false, "serve the aggregated API only")
 	goFlags := flag.NewFlagSet("zap", flag.ContinueOnError)
 	zapOpts.BindFlags(goFlags)

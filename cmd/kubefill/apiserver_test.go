@@ -29,10 +29,13 @@ func TestAPIServerCommandRejectsBadFlags(t *testing.T) {
 		})
 	}
 	flags := newAPIServerCommand().Flags()
-	for _, f := range []string{"kubeconfig", "secure-port", "tls-cert-file", "tls-private-key-file", "install-namespace", "token-lifetime", "signing-key-secret"} {
+	for _, f := range []string{"kubeconfig", "secure-port", "tls-cert-file", "tls-private-key-file", "install-namespace", "token-lifetime", "signing-key-secret", "controller-user"} {
 		if flags.Lookup(f) == nil {
 			t.Errorf("flag --%s missing", f)
 		}
+	}
+	if d := flags.Lookup("controller-user").DefValue; d != "" {
+		t.Errorf("--controller-user default %q, want empty (derived from the install namespace)", d)
 	}
 	if d := flags.Lookup("token-lifetime").DefValue; d != "5m0s" {
 		t.Errorf("--token-lifetime default %s, want 5m0s (CDI's)", d)

@@ -34,6 +34,9 @@ type RunOptions struct {
 	AuthConfigTimeout time.Duration
 	// SigningKeyMaxAge > 0 rotates the signing key once it is that old.
 	SigningKeyMaxAge time.Duration
+	// ControllerUser is the controller's username; empty is
+	// admission.DefaultControllerUser(InstallNamespace).
+	ControllerUser string
 }
 
 // NewScheme knows the core types and Kubefill's API.
@@ -55,6 +58,9 @@ func Run(ctx context.Context, restCfg *rest.Config, opts RunOptions) error {
 	}
 	if opts.SigningKeySecret == "" {
 		opts.SigningKeySecret = token.DefaultSigningKeySecretName
+	}
+	if opts.ControllerUser == "" {
+		opts.ControllerUser = admission.DefaultControllerUser(opts.InstallNamespace)
 	}
 	if opts.UploadTokenTTL <= 0 || opts.CloneTokenTTL <= 0 {
 		return fmt.Errorf("token lifetimes must be positive (upload %s, clone %s)", opts.UploadTokenTTL, opts.CloneTokenTTL)
@@ -100,10 +106,10 @@ func Run(ctx context.Context, restCfg *rest.Config, opts RunOptions) error {
 	if !opts.DisableWebhooks {
 		cloneTokens := token.NewDynamicGenerator(token.CloneTokenIssuer, ks.PrivateKey, opts.CloneTokenTTL)
 		webhooks[admission.PathDataVolumeValidate] = admission.Handler("datavolume-validate", (&admission.DataVolumeValidator{Client: cl}).Admit)
-		webhooks[admission.PathDataVolumeMutate] = admission.Handler("datavolume-mutate", (&admission.DataVolumeMutator{Client: cl, Tokens: cloneTokens}).Admit)
+		webhooks[admission.PathDataVolumeMutate] = admission.Handler("datavolume-mutate", (&admission.DataVolumeMutator{Client: cl, Tokens: cloneTokens, ControllerUser: opts.ControllerUser}).Admit)
 		webhooks[admission.PathPopulatorValidate] = admission.Handler("populator-validate", admission.AdmitPopulator)
 		webhooks[admission.PathCDIValidate] = admission.Handler("cdi-validate", (&admission.CDIValidator{Client: cl}).Admit)
-		webhooks[admission.PathDataImportCronValidate] = admission.Handler("dataimportcron-validate", admission.AdmitDataImportCron)
+		webhooks[admission.PathDataImportCronValidate] = admission.Handler("dataimportcron-validate", (&admission.DataImportCronValidator{Client: cl}).Admit)
 	}
 	srv, err := NewServer(Config{
 		Kube:         kube,

@@ -10,8 +10,11 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+
+	"github.com/kubefill/kubefill/pkg/cloneauth"
 )
 
 // PathDataImportCronValidate is CDI's path of the DataImportCron validating
@@ -114,8 +117,18 @@ func ValidateDataImportCronUpdate(cron, old *cdiv1.DataImportCron) field.ErrorLi
 	return field.ErrorList{field.Forbidden(field.NewPath("spec"), msgCronSpecImmutable+": delete the DataImportCron and create it again to change it")}
 }
 
-// AdmitDataImportCron is the dataimportcron-validate webhook.
-func AdmitDataImportCron(_ context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+// DataImportCronValidator is the dataimportcron-validate webhook. Besides
+// CDI's rules it authorises a new cron's clone source for the cron's
+// ServiceAccount (spec.serviceAccountName, default "default"), the identity
+// the controller later creates its imports for: a cron in A naming a claim
+// of B is refused unless that ServiceAccount may clone it.
+type DataImportCronValidator struct {
+	// Client runs the SubjectAccessReviews.
+	Client client.Client
+}
+
+// Admit implements AdmitFunc.
+func (v *DataImportCronValidator) Admit(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	if req.Kind.Group != cdiv1.GroupName || req.Kind.Kind != "DataImportCron" {
 		return badRequest(fmt.Sprintf("this webhook validates DataImportCrons, not %s", req.Kind.String()))
 	}
@@ -142,6 +155,19 @@ func AdmitDataImportCron(_ context.Context, req *admissionv1.AdmissionRequest) *
 	}
 	if errs := ValidateDataImportCron(&cron); len(errs) > 0 {
 		return denied("DataImportCron", name, errs)
+	}
+	// The spec is immutable from here on, so this is the one admission check
+	// of its source; the controller checks again before each import.
+	if cron.Namespace == "" {
+		cron.Namespace = req.Namespace
+	}
+	cron.Name = name
+	ok, reason, err := cloneauth.Authorizer{Client: v.Client}.AuthorizeCron(ctx, &cron)
+	if err != nil {
+		return internalError(fmt.Errorf("authorising the source of DataImportCron %s/%s: %w", cron.Namespace, name, err))
+	}
+	if !ok {
+		return forbidden(reason)
 	}
 	return allowed()
 }

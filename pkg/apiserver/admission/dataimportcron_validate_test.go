@@ -7,10 +7,15 @@ import (
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 )
@@ -158,6 +163,18 @@ func TestAdmitDataImportCron(t *testing.T) {
 	changed.Spec.ImportsToKeep = ptr[int32](5)
 	invalidButUnchanged := goodCron()
 	invalidButUnchanged.Spec.Schedule = "soon"
+	fromB := func(sa *string) *cdiv1.DataImportCron {
+		c := goodCron()
+		c.Spec.Template.Spec.Source = &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "b", Name: "secret-disk"}}
+		c.Spec.ServiceAccountName = sa
+		return c
+	}
+	sameNS := goodCron()
+	sameNS.Spec.Template.Spec.Source = &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Name: "golden"}}
+	createAs := func(c *cdiv1.DataImportCron) admissionv1.AdmissionRequest {
+		return admissionv1.AdmissionRequest{Kind: kind, Operation: admissionv1.Create, Namespace: c.Namespace, Object: raw(c),
+			UserInfo: authenticationv1.UserInfo{Username: "cluster-admin", Groups: []string{"system:masters"}}}
+	}
 	cases := []struct {
 		name    string
 		req     admissionv1.AdmissionRequest
@@ -176,10 +193,26 @@ func TestAdmitDataImportCron(t *testing.T) {
 			Operation: admissionv1.Create, Object: raw(goodCron())}, false, 400, "validates DataImportCrons"},
 		{"undecodable", admissionv1.AdmissionRequest{Kind: kind, Operation: admissionv1.Create, Object: runtime.RawExtension{Raw: []byte(`{"spec":{"importsToKeep":"x"}}`)}},
 			false, 400, "cannot decode the DataImportCron"},
+		// The creator's own rights do not matter: the cron clones as its ServiceAccount.
+		{"pvc of b, the default ServiceAccount may not clone it", createAs(fromB(nil)), false, 403,
+			`DataImportCron kubevirt-os-images/centos-stream9-image-cron clones b/secret-disk as ServiceAccount kubevirt-os-images/default (spec.serviceAccountName is unset, so the namespace's default): ` +
+				`user "system:serviceaccount:kubevirt-os-images:default" may not clone PersistentVolumeClaim b/secret-disk: it needs create on datavolumes/source (API group cdi.kubevirt.io) in namespace "b", or create pods there`},
+		{"pvc of b, a ServiceAccount granted datavolumes/source there", createAs(fromB(ptr("golden-importer"))), true, 0, ""},
+		{"pvc of b, another ServiceAccount", createAs(fromB(ptr("builder"))), false, 403, `"system:serviceaccount:kubevirt-os-images:builder" may not clone`},
+		{"pvc of the cron's own namespace is authorised too", createAs(sameNS), false, 403, `may not clone PersistentVolumeClaim kubevirt-os-images/golden`},
 	}
+	// Only golden-importer may clone, and only from b.
+	sars := fake.NewClientBuilder().WithInterceptorFuncs(interceptor.Funcs{Create: func(_ context.Context, _ client.WithWatch, obj client.Object, _ ...client.CreateOption) error {
+		sar := obj.(*authorizationv1.SubjectAccessReview)
+		at := sar.Spec.ResourceAttributes
+		sar.Status.Allowed = sar.Spec.User == "system:serviceaccount:kubevirt-os-images:golden-importer" && at.Namespace == "b" &&
+			at.Resource == "datavolumes" && at.Subresource == "source" && at.Name == "secret-disk"
+		return nil
+	}}).Build()
+	v := &DataImportCronValidator{Client: sars}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			resp := AdmitDataImportCron(context.Background(), &c.req)
+			resp := v.Admit(context.Background(), &c.req)
 			if resp.Allowed != c.allowed {
 				t.Fatalf("allowed = %v, want %v (%+v)", resp.Allowed, c.allowed, resp.Result)
 			}

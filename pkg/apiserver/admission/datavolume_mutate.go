@@ -97,6 +97,10 @@ func orDefault(s, def string) string {
 type DataVolumeMutator struct {
 	Client client.Client
 	Tokens token.Generator
+	// ControllerUser is the controller's username: its clone DataVolumes
+	// are authorised for their DataImportCron's ServiceAccount
+	// (authorizeClone). Empty: no request is treated as the controller's.
+	ControllerUser string
 }
 
 // Admit implements AdmitFunc.
@@ -158,7 +162,7 @@ func (m *DataVolumeMutator) Admit(ctx context.Context, req *admissionv1.Admissio
 	// Unlike CDI, which skips the check within one namespace, the review runs
 	// for same-namespace clones too: creating a DataVolume must not become a
 	// way to read a claim one could not otherwise mount.
-	ok, reason, err := cloneauth.Authorizer{Client: m.Client}.Authorize(ctx, req.UserInfo, *src)
+	_, ok, reason, err := m.authorizeClone(ctx, req, &dv, *src)
 	if err != nil {
 		return internalError(err)
 	}
