@@ -33,6 +33,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+
+	"github.com/kubefill/kubefill/pkg/cloneauth"
 )
 
 // Event reasons of the DataImportCron controller (CDI's where CDI has one).
@@ -43,7 +45,14 @@ const (
 	ReasonPollerNotStarted = "PollerNotStarted"
 	// ReasonSnapshotClassMissing: snapshot format, but no snapshot class.
 	ReasonSnapshotClassMissing = "SnapshotClassMissing"
+	// ReasonNotAuthorized: the cron's ServiceAccount may not clone its source
+	// (CDI's Progressing reason), also the Warning event's.
+	ReasonNotAuthorized = "NotAuthorized"
 )
+
+// DefaultNotAuthorizedRetry is how soon a cron whose ServiceAccount may not
+// clone its source checks again (a RoleBinding granting it is not watched).
+const DefaultNotAuthorizedRetry = 30 * time.Second
 
 // DataImportCronReconciler keeps each DataImportCron's poller (a CronJob
 // and an initial Job in the install namespace running `kubefill poller`, or
@@ -65,6 +74,12 @@ type DataImportCronReconciler struct {
 	ServiceAccount string
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// NotAuthorizedRetry is how soon a refused cron checks again (default
+	// DefaultNotAuthorizedRetry).
+	NotAuthorizedRetry time.Duration
+	// PollerCopyResync is how often the copies of a poller's registry
+	// Secret and CA are refreshed (default DefaultPollerCopyResync).
+	PollerCopyResync time.Duration
 
 	snapshots bool
 }
@@ -236,10 +251,11 @@ func (r *DataImportCronReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		return ctrl.Result{}, err
 	}
 	orig := cron.DeepCopy()
-	if err := r.ensurePoller(ctx, cron); err != nil {
+	poller, err := r.ensurePoller(ctx, cron)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
-	res, err := r.update(ctx, cron, logger)
+	res, err := r.update(ctx, cron, poller, logger)
 	if err != nil {
 		return res, err
 	}
@@ -318,36 +334,55 @@ func isURLSource(cron *cdiv1.DataImportCron) bool {
 	return reg != nil && reg.URL != nil && *reg.URL != ""
 }
 
+// pollerState is what ensurePoller found: Problem says why the poller
+// cannot run (a Secret or ConfigMap the cron names is missing from its
+// namespace); Copies, that it uses copies to keep refreshed.
+type pollerState struct {
+	Problem string
+	Copies  bool
+}
+
 // ensurePoller makes the CronJob and the initial Job of a registry URL
-// source, or starts the controller's own poll of a pvc source.
-func (r *DataImportCronReconciler) ensurePoller(ctx context.Context, cron *cdiv1.DataImportCron) error {
+// source, with copies of the registry Secret and CA the cron names, or
+// starts the controller's own poll of a pvc source.
+func (r *DataImportCronReconciler) ensurePoller(ctx context.Context, cron *cdiv1.DataImportCron) (pollerState, error) {
+	var st pollerState
 	if cron.Spec.Schedule == "" {
-		return nil
+		return st, nil
 	}
 	if pvcSource(cron) != nil {
 		if cron.Annotations[cdiv1.AnnNextCronTime] == "" {
 			setAnnotation(cron, cdiv1.AnnNextCronTime, r.now().UTC().Format(time.RFC3339))
 		}
-		return nil
+		return st, nil
 	}
 	if !isURLSource(cron) {
-		return nil
+		return st, nil
 	}
 	if r.Namespace == "" {
 		r.event(cron, corev1.EventTypeWarning, ReasonPollerNotStarted, "the controller has no install namespace (POD_NAMESPACE) to run the poller CronJob in")
-		return nil
+		return st, nil
+	}
+	reg := registrySource(cron)
+	st.Copies = ptr.Deref(reg.SecretRef, "") != "" || ptr.Deref(reg.CertConfigMap, "") != ""
+	src, problem, err := r.readPollerSources(ctx, cron)
+	if err != nil {
+		return st, err
+	}
+	if problem != "" {
+		// No copy outlives its source; the poller starts once it is there.
+		st.Problem = "the poller cannot start: " + problem
+		return st, r.ensurePollerCopies(ctx, cron, pollerSources{}, nil)
 	}
 	p, err := r.pollerSpec(ctx, cron)
 	if err != nil {
-		return err
+		return st, err
 	}
-	if cm := ptr.Deref(registrySource(cron).CertConfigMap, ""); cm != "" {
-		// As CDI's, the poller runs in the install namespace and mounts the
-		// ConfigMap of that name there, not the cron's.
-		if err := r.Reader.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: cm}, &corev1.ConfigMap{}); apierrors.IsNotFound(err) {
-			r.event(cron, corev1.EventTypeWarning, ReasonPollerNotStarted,
-				"the poller runs in namespace %s and mounts certConfigMap %s from there, where it does not exist; create it there with the registry's CA", r.Namespace, cm)
-		}
+	if src.secret != nil {
+		p.Secret = PollerCopyName(cron)
+	}
+	if src.configMap != nil {
+		p.CertConfigMap = PollerCopyName(cron)
 	}
 	cj := &batchv1.CronJob{}
 	err = r.Client.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: CronJobName(cron)}, cj)
@@ -357,22 +392,26 @@ func (r *DataImportCronReconciler) ensurePoller(ctx context.Context, cron *cdiv1
 		applyCronJob(want, cron, p)
 		if !equality.Semantic.DeepEqual(cj, want) {
 			if err := r.Client.Update(ctx, want); client.IgnoreNotFound(err) != nil {
-				return fmt.Errorf("updating the poller CronJob %s/%s: %w", r.Namespace, cj.Name, err)
+				return st, fmt.Errorf("updating the poller CronJob %s/%s: %w", r.Namespace, cj.Name, err)
 			}
 		}
-		return nil
+		return st, r.ensurePollerCopies(ctx, cron, src, cj)
 	case !apierrors.IsNotFound(err):
-		return err
+		return st, err
 	}
 	cj = newPollerCronJob(cron, r.Namespace, p)
 	if err := r.Client.Create(ctx, cj); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating the poller CronJob %s/%s: %w", r.Namespace, cj.Name, err)
+		return st, fmt.Errorf("creating the poller CronJob %s/%s: %w", r.Namespace, cj.Name, err)
+	}
+	// Before the initial Job, whose pod needs them at once.
+	if err := r.ensurePollerCopies(ctx, cron, src, cj); err != nil {
+		return st, err
 	}
 	job := newInitialJob(cron, r.Namespace, p)
 	if err := r.Client.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating the poller's initial Job %s/%s: %w", r.Namespace, job.Name, err)
+		return st, fmt.Errorf("creating the poller's initial Job %s/%s: %w", r.Namespace, job.Name, err)
 	}
-	return nil
+	return st, nil
 }
 
 func (r *DataImportCronReconciler) pollerSpec(ctx context.Context, cron *cdiv1.DataImportCron) (pollerSpec, error) {
@@ -441,7 +480,7 @@ func snapshotReady(s *snapshotv1.VolumeSnapshot) bool {
 }
 
 // update is one pass of CDI's cron logic over the current import.
-func (r *DataImportCronReconciler) update(ctx context.Context, cron *cdiv1.DataImportCron, logger logr.Logger) (ctrl.Result, error) {
+func (r *DataImportCronReconciler) update(ctx context.Context, cron *cdiv1.DataImportCron, poller pollerState, logger logr.Logger) (ctrl.Result, error) {
 	res := ctrl.Result{}
 	now := r.now()
 	dv, pvc, err := r.currentImport(ctx, cron)
@@ -533,7 +572,8 @@ func (r *DataImportCronReconciler) update(ctx context.Context, cron *cdiv1.DataI
 	}
 	state.Snapshot, state.SnapshotReady = snap != nil, snapshotReady(snap)
 	nowMeta := metav1.NewTime(now)
-	setCronCondition(cron, cdiv1.DataImportCronProgressing, progressingCondition(state), nowMeta)
+	// Set once at the end: a refusal below replaces it.
+	progress := progressingCondition(state)
 	if state.Succeeded {
 		last := &cdiv1.DataVolumeSourcePVC{Namespace: cron.Namespace, Name: imports[0].DataVolumeName}
 		if cron.Status.LastImportedPVC == nil || *cron.Status.LastImportedPVC != *last {
@@ -549,8 +589,9 @@ func (r *DataImportCronReconciler) update(ctx context.Context, cron *cdiv1.DataI
 	if err := r.updateDataSource(ctx, cron, format); err != nil {
 		return res, err
 	}
+	auth := r.cloneAuthorization(ctx, cron)
 	if pvcSource(cron) != nil && cron.Spec.Schedule != "" {
-		if res, err = r.pollPVC(ctx, cron, now); err != nil {
+		if res, err = r.pollPVC(ctx, cron, now, auth); err != nil {
 			return res, err
 		}
 	}
@@ -565,13 +606,31 @@ func (r *DataImportCronReconciler) update(ctx context.Context, cron *cdiv1.DataI
 			cron.Status.CurrentImports, imports = nil, nil
 		}
 		if state.Succeeded || len(imports) == 0 {
-			if err := r.createImport(ctx, cron, desired, now); err != nil {
+			if err := r.createImport(ctx, cron, desired, now, auth); err != nil {
 				return res, err
 			}
 		}
 	} else if state.Succeeded {
 		cron.Status.SourceFormat = ptr.To(format)
 	}
+	// What stops the cron shows in Progressing, with a Warning event when
+	// it starts or changes, and is looked at again soon.
+	blocked := func(c cronCondition, retry time.Duration) {
+		progress = c
+		if cur := findCronCondition(cron, cdiv1.DataImportCronProgressing); cur == nil || cur.Reason != c.Reason || cur.Message != c.Message {
+			r.event(cron, corev1.EventTypeWarning, c.Reason, "%s", c.Message)
+		}
+		res = requeueWithin(res, retry)
+	}
+	if refusal := auth.refusal(); refusal != "" {
+		blocked(notAuthorizedCondition(refusal), orDuration(r.NotAuthorizedRetry, DefaultNotAuthorizedRetry))
+	}
+	if poller.Problem != "" {
+		blocked(cronCondition{corev1.ConditionFalse, ReasonPollerNotStarted, poller.Problem}, orDuration(r.PollerCopyResync, DefaultPollerCopyResync))
+	} else if poller.Copies {
+		res = requeueWithin(res, orDuration(r.PollerCopyResync, DefaultPollerCopyResync))
+	}
+	setCronCondition(cron, cdiv1.DataImportCronProgressing, progress, nowMeta)
 	if c, ok := upToDateCondition(state); ok {
 		setCronCondition(cron, cdiv1.DataImportCronUpToDate, c, nowMeta)
 	}
@@ -711,13 +770,12 @@ func (r *DataImportCronReconciler) updateDataSource(ctx context.Context, cron *c
 
 // createImport makes the DataVolume of the desired digest, unless a claim
 // or snapshot of that name already holds it.
-func (r *DataImportCronReconciler) createImport(ctx context.Context, cron *cdiv1.DataImportCron, digest string, now time.Time) error {
+func (r *DataImportCronReconciler) createImport(ctx context.Context, cron *cdiv1.DataImportCron, digest string, now time.Time, auth *cronAuthorization) error {
 	name, err := ImportName(cron.Spec.ManagedDataSource, digest)
 	if err != nil {
 		r.event(cron, corev1.EventTypeWarning, "InvalidDigest", "cannot import digest %q: %v", digest, err)
 		return nil
 	}
-	cron.Status.CurrentImports = []cdiv1.ImportStatus{{DataVolumeName: name, Digest: digest}}
 	key := types.NamespacedName{Namespace: cron.Namespace, Name: name}
 	existing := []client.Object{&corev1.PersistentVolumeClaim{}}
 	if r.snapshots {
@@ -725,11 +783,20 @@ func (r *DataImportCronReconciler) createImport(ctx context.Context, cron *cdiv1
 	}
 	for _, o := range existing {
 		if err := r.Client.Get(ctx, key, o); err == nil {
+			cron.Status.CurrentImports = []cdiv1.ImportStatus{{DataVolumeName: name, Digest: digest}}
 			return r.touch(ctx, cron, o, now)
 		} else if !apierrors.IsNotFound(err) && !meta.IsNoMatchError(err) {
 			return err
 		}
 	}
+	// The DataVolume is created by the controller, so its clone is
+	// authorised here for the cron's ServiceAccount, every time, not only
+	// when the cron was admitted: rights may have been taken away since, and
+	// the cron may have been created while the webhooks were not there.
+	if ok, err := auth.allowed(); err != nil || !ok {
+		return err
+	}
+	cron.Status.CurrentImports = []cdiv1.ImportStatus{{DataVolumeName: name, Digest: digest}}
 	dv := ImportDataVolume(cron, name, digest, now)
 	if err := r.Client.Create(ctx, dv); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating the import DataVolume %s/%s: %w", dv.Namespace, dv.Name, err)
@@ -739,13 +806,18 @@ func (r *DataImportCronReconciler) createImport(ctx context.Context, cron *cdiv1
 
 // pollPVC is the controller's own poll of a pvc source: at each scheduled
 // time the digest becomes uid:<the source claim's UID>.
-func (r *DataImportCronReconciler) pollPVC(ctx context.Context, cron *cdiv1.DataImportCron, now time.Time) (ctrl.Result, error) {
+func (r *DataImportCronReconciler) pollPVC(ctx context.Context, cron *cdiv1.DataImportCron, now time.Time, auth *cronAuthorization) (ctrl.Result, error) {
 	sched, err := cronexpr.ParseStandard(cron.Spec.Schedule)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("schedule %q: %w", cron.Spec.Schedule, err)
 	}
 	next, err := time.Parse(time.RFC3339, cron.Annotations[cdiv1.AnnNextCronTime])
 	if err != nil || !next.After(now) {
+		// The claim is read, and its UID recorded, only for a cron whose
+		// ServiceAccount may clone it; a refused poll stays due.
+		if ok, err := auth.allowed(); err != nil || !ok {
+			return ctrl.Result{}, err
+		}
 		src := pvcSource(cron)
 		ns := src.Namespace
 		if ns == "" {
@@ -765,4 +837,56 @@ func (r *DataImportCronReconciler) pollPVC(ctx context.Context, cron *cdiv1.Data
 	n := sched.Next(now)
 	setAnnotation(cron, cdiv1.AnnNextCronTime, n.UTC().Format(time.RFC3339))
 	return ctrl.Result{RequeueAfter: n.Sub(now)}, nil
+}
+
+// cronAuthorization is whether a cron's ServiceAccount may clone the source
+// of its imports, asked at most once per reconcile and only when needed.
+type cronAuthorization struct {
+	run    func() (bool, string, error)
+	done   bool
+	ok     bool
+	reason string
+	err    error
+}
+
+func (r *DataImportCronReconciler) cloneAuthorization(ctx context.Context, cron *cdiv1.DataImportCron) *cronAuthorization {
+	return &cronAuthorization{run: func() (bool, string, error) {
+		ok, reason, err := cloneauth.Authorizer{Client: r.Client}.AuthorizeCron(ctx, cron)
+		if err != nil {
+			return false, "", fmt.Errorf("authorising the source of DataImportCron %s/%s for its ServiceAccount: %w", cron.Namespace, cron.Name, err)
+		}
+		return ok, reason, nil
+	}}
+}
+
+func (a *cronAuthorization) allowed() (bool, error) {
+	if !a.done {
+		a.ok, a.reason, a.err = a.run()
+		a.done = true
+	}
+	return a.ok, a.err
+}
+
+// refusal is the reason the cron was refused in this reconcile, or "".
+func (a *cronAuthorization) refusal() string {
+	if !a.done || a.ok || a.err != nil {
+		return ""
+	}
+	return a.reason
+}
+
+// requeueWithin makes res come back within d at the latest.
+func requeueWithin(res ctrl.Result, d time.Duration) ctrl.Result {
+	if res.RequeueAfter <= 0 || res.RequeueAfter > d {
+		res.RequeueAfter = d
+	}
+	return res
+}
+
+// orDuration is d, or def when d is not positive.
+func orDuration(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
 }

@@ -216,6 +216,13 @@ func progressingCondition(s importState) cronCondition {
 	return cronCondition{corev1.ConditionFalse, string(s.DVPhase), "Import DataVolume phase " + string(s.DVPhase)}
 }
 
+// notAuthorizedCondition is the Progressing condition of a cron whose
+// ServiceAccount may not clone its source: CDI's reason and message, then
+// why (the refusal names the ServiceAccount and the missing permission).
+func notAuthorizedCondition(refusal string) cronCondition {
+	return cronCondition{corev1.ConditionFalse, ReasonNotAuthorized, "Not authorized to create DataVolume: " + refusal}
+}
+
 // upToDateCondition is the UpToDate condition of a state; ok is false when
 // it stays as it is (a snapshot import whose snapshot is not made yet).
 func upToDateCondition(s importState) (c cronCondition, ok bool) {

@@ -212,6 +212,10 @@ func (r *DataImportCronReconciler) cleanup(ctx context.Context, key types.Namesp
 			return err
 		}
 		for i := range cjs.Items {
+			// The copies first: the CronJob says which they are.
+			if err := r.deletePollerCopiesOf(ctx, &cjs.Items[i], key.Namespace, key.Name); err != nil {
+				return err
+			}
 			if err := r.Client.Delete(ctx, &cjs.Items[i], bg); client.IgnoreNotFound(err) != nil {
 				return err
 			}

@@ -29,6 +29,10 @@ type pollerSpec struct {
 	Proxy    *cdiv1.ImportProxy
 	// Placement is CDI's workload placement.
 	Placement cdiv1.NodePlacement
+	// Secret and CertConfigMap are the copies, in the install namespace, of
+	// the cron's secretRef and certConfigMap (PollerCopyName); empty when
+	// the cron names none.
+	Secret, CertConfigMap string
 }
 
 // registryHost is the registry part of a docker:// URL.
@@ -53,8 +57,9 @@ func insecureRegistry(url string, config *cdiv1.CDIConfig) bool {
 }
 
 // pollerPodSpec renders the poller's pod: `kubefill poller` with CDI's
-// flags, the registry's credentials and CA, and the restricted Pod Security
-// profile (it writes nothing, so no fsGroup).
+// flags, the registry's credentials and CA (the copies p names, never the
+// names the cron gives, which are the cron's namespace's objects), and the
+// restricted Pod Security profile (it writes nothing, so no fsGroup).
 func pollerPodSpec(cron *cdiv1.DataImportCron, p pollerSpec) corev1.PodTemplateSpec {
 	reg := cron.Spec.Template.Spec.Source.Registry
 	c := corev1.Container{
@@ -76,13 +81,13 @@ func pollerPodSpec(cron *cdiv1.DataImportCron, p pollerSpec) corev1.PodTemplateS
 		c.ImagePullPolicy = corev1.PullIfNotPresent
 	}
 	var volumes []corev1.Volume
-	if cm := ptr.Deref(reg.CertConfigMap, ""); cm != "" {
+	if cm := p.CertConfigMap; cm != "" {
 		volumes = append(volumes, corev1.Volume{Name: contract.CertVolumeName, VolumeSource: corev1.VolumeSource{
 			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: cm}, DefaultMode: ptr.To[int32](0o644)}}})
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: contract.CertVolumeName, MountPath: contract.CertDir, ReadOnly: true})
 		c.Command = append(c.Command, "-certdir", contract.CertDir)
 	}
-	if secret := ptr.Deref(reg.SecretRef, ""); secret != "" {
+	if secret := p.Secret; secret != "" {
 		for _, kv := range [][2]string{{contract.EnvAccessKeyID, "accessKeyId"}, {contract.EnvSecretKey, "secretKey"}} {
 			c.Env = append(c.Env, corev1.EnvVar{Name: kv[0], ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 				LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: kv[1]}}})
