@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -35,7 +36,16 @@ import (
 // pollers' CronJobs in installNS.
 func startCronController(t *testing.T, installNS string) {
 	t.Helper()
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	startCronControllerAs(t, cfg, installNS, true)
+}
+
+// startCronControllerAs runs the DataImportCron controller (and, with
+// dataSources, the DataSource controller) through restCfg, its pollers'
+// CronJobs in installNS; a refused cron is asked again and poller copies
+// are refreshed every second.
+func startCronControllerAs(t *testing.T, restCfg *rest.Config, installNS string, dataSources bool) {
+	t.Helper()
+	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                 controller.NewScheme(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
@@ -45,12 +55,15 @@ func startCronController(t *testing.T, installNS string) {
 		t.Fatal(err)
 	}
 	r := &controller.DataImportCronReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("dataimportcron-controller"),
-		Namespace: installNS, Image: "kubefill/kubefill:test", PullPolicy: corev1.PullIfNotPresent}
+		Namespace: installNS, Image: "kubefill/kubefill:test", PullPolicy: corev1.PullIfNotPresent,
+		NotAuthorizedRetry: time.Second, PollerCopyResync: time.Second}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
-	if err := (&controller.DataSourceReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
-		t.Fatal(err)
+	if dataSources {
+		if err := (&controller.DataSourceReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+			t.Fatal(err)
+		}
 	}
 	startUntilCleanup(t, mgr)
 }
@@ -486,6 +499,9 @@ func TestDataImportCronPVCSource(t *testing.T) {
 	ctx := context.Background()
 	installNS, ns := newNamespace(t), newNamespace(t)
 	startCronController(t, installNS)
+	// The cron clones as its namespace's default ServiceAccount, which must
+	// be allowed to, even within one namespace.
+	grantCloneSource(t, k8sClient, ns, ns, cdiv1.DefaultDataImportCronServiceAccount)
 	src := kit.PVC(ns, "golden-src", "64Mi")
 	if err := k8sClient.Create(ctx, src); err != nil {
 		t.Fatal(err)
