@@ -352,7 +352,7 @@ func (r *Reconciler) report(ctx context.Context, target *corev1.PersistentVolume
 // volume: the phases clean up, the target is marked populated, the prime goes.
 func (r *Reconciler) finish(ctx context.Context, f *Flow, plan []Phase) error {
 	target, prime := f.Target, f.Prime
-	retain := target.Annotations[cdiv1.AnnPodRetainAfterCompletion] == "true"
+	retain := RetainWorkers(target, prime.Namespace)
 	if err := cleanupPlan(ctx, f, plan, retain); err != nil {
 		return fmt.Errorf("cleaning up the workers of %s: %w", prime.Name, err)
 	}
