@@ -2,7 +2,6 @@ package populators
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -318,12 +317,14 @@ func (w *WorkerPhase) writeSecret(ctx context.Context, f *Flow, podName string, 
 	}
 	err := w.Client.Create(ctx, s)
 	if apierrors.IsAlreadyExists(err) {
-		// The data as a whole: a value no longer wanted goes too.
-		patch, merr := json.Marshal([]map[string]any{{"op": "add", "path": "/data", "value": spec.SecretData}})
-		if merr != nil {
-			return merr
+		// An earlier attempt's: made again as a whole (the controller may
+		// create and delete Secrets, not patch them), before the pod that
+		// reads it exists.
+		old := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: s.Name, Namespace: s.Namespace}}
+		if err := w.Client.Delete(ctx, old); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("replacing the %s's Secret %s/%s: %w", spec.Noun, s.Namespace, s.Name, err)
 		}
-		err = w.Client.Patch(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: s.Name, Namespace: s.Namespace}}, client.RawPatch(types.JSONPatchType, patch))
+		err = w.Client.Create(ctx, s)
 	}
 	if err != nil {
 		return fmt.Errorf("writing the %s's Secret %s/%s: %w", spec.Noun, s.Namespace, s.Name, err)
