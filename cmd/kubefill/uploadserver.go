@@ -35,7 +35,8 @@ func newUploadServerCommand() *cobra.Command {
 			"certificate of that common name, is the source pod's stream, written into the volume (the device at\n" +
 			"--block-path when it is one, else the directory of --data-path); it exits 0 with \"Clone Complete\".",
 		Example: "  kubefill uploadserver --tls-cert-file /certs/tls.crt --tls-key-file /certs/tls.key \\\n" +
-			"    --client-ca-file /certs/client-ca.crt --image-size 10Gi --owner-uid $UID",
+			"    --client-ca-file /certs/client-ca.crt --client-name client.upload-server.cdi.kubevirt.io \\\n" +
+			"    --image-size 10Gi --owner-uid $UID",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := zap.New(zap.UseDevMode(verbose))
@@ -63,7 +64,7 @@ func newUploadServerCommand() *cobra.Command {
 	f.StringVar(&cfg.CertFile, "tls-cert-file", "", "serving certificate (PEM)")
 	f.StringVar(&cfg.KeyFile, "tls-key-file", "", "serving key (PEM)")
 	f.StringVar(&cfg.ClientCAFile, "client-ca-file", "", "CA bundle the upload proxy's client certificate must chain to")
-	f.StringVar(&cfg.ClientName, "client-name", "", "required common name of the client certificate (empty: any from the CA); a clone's <srcNs>/<srcName>-<tgtNs>/<tgtName> makes this a clone target")
+	f.StringVar(&cfg.ClientName, "client-name", "", "common name the client certificate must have (required): the upload proxy's, or a clone's <srcNs>/<srcName>-<tgtNs>/<tgtName>, which makes this the target of that clone alone")
 	f.StringVar(&cfg.ContentType, "content-type", "kubevirt", "content type of the volume: kubevirt or archive")
 	f.StringVar(&imageSize, "image-size", "", "requested size of the volume, a Kubernetes quantity")
 	f.Float64Var(&cfg.FilesystemOverhead, "filesystem-overhead", cfg.FilesystemOverhead, "fraction of a Filesystem volume kept free")

@@ -17,6 +17,16 @@ const (
 	UploadServerClientSigner = "cdi-uploadserver-client-signer"
 	UploadServerClientCert   = "cdi-uploadserver-client-cert"
 
+	// CloneClientSigner is Kubefill's own chain (CDI has none): the CA of
+	// the host-assisted clones' source pods' client certificates. The
+	// upload server of a clone trusts it and nothing else; every other
+	// upload server trusts only the upload-server client signer (the
+	// proxy's). So no clone certificate can pass for the upload proxy, and
+	// the proxy's certificate feeds no clone. Its leaves are not kept here:
+	// the clone populator issues one per clone (IssueCloneClient) into the
+	// source pod's Secret, next to the clone's prime.
+	CloneClientSigner = "kubefill-clone-client-signer"
+
 	// BundleKey is the CA bundle ConfigMap's key.
 	BundleKey = "ca-bundle.crt"
 	// ClientCertCAKey in UploadServerClientCert holds the upload-server

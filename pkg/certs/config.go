@@ -4,7 +4,8 @@
 // certificates the signers issue, rotation on CDI's schedule (configurable
 // through the CDI CR's spec.certConfig), and the API server's bundle
 // injected into the APIService and the webhook configurations that point at
-// its Service.
+// its Service. A fifth chain is Kubefill's own: the clone client signer,
+// whose short-lived leaves the clone populator issues (IssueCloneClient).
 package certs
 
 import (

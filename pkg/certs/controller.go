@@ -145,6 +145,12 @@ func (r *Rotator) Sync(ctx context.Context, s Settings, now time.Time) (time.Tim
 		map[string][]byte{ClientCertCAKey: serverBundle}); err != nil {
 		return next, err
 	}
+	// The clone signer's leaves are the clone populator's (IssueCloneClient),
+	// short-lived and issued per clone; the signer and its bundle are kept
+	// here like the others.
+	if _, _, err := signer(CloneClientSigner); err != nil {
+		return next, err
+	}
 	return next, nil
 }
 

@@ -115,12 +115,17 @@ func haveLeaf(sec *corev1.Secret) Have {
 	if sec == nil {
 		return Have{}
 	}
-	h := Have{Config: sec.Annotations[cdiv1.AnnCertConfig]}
-	if _, err := tls.X509KeyPair(sec.Data[corev1.TLSCertKey], sec.Data[corev1.TLSPrivateKeyKey]); err != nil {
-		return h
+	return Have{Config: sec.Annotations[cdiv1.AnnCertConfig], Cert: haveLeafData(sec.Data[corev1.TLSCertKey], sec.Data[corev1.TLSPrivateKeyKey])}
+}
+
+// haveLeafData is the certificate of certPEM when it and keyPEM form a
+// pair, else nil.
+func haveLeafData(certPEM, keyPEM []byte) *x509.Certificate {
+	if _, err := tls.X509KeyPair(certPEM, keyPEM); err != nil {
+		return nil
 	}
-	h.Cert, _ = parseCert(sec.Data[corev1.TLSCertKey])
-	return h
+	c, _ := parseCert(certPEM)
+	return c
 }
 
 // certAnnotations are the annotations library-go keeps on a certificate Secret.

@@ -6,18 +6,20 @@ import (
 	"time"
 )
 
-// UploadChains are the two upload signers and their bundles, as the upload
+// UploadChains are the upload signers and their bundles, as the upload
 // and clone populators use them: the upload-server signer signs each upload
-// pod's serving certificate, and the client bundle is what upload pods
-// accept client certificates from.
+// pod's serving certificate; the client bundle is what an upload pod
+// accepts the proxy's client certificate from, the clone bundle what a
+// clone's upload pod accepts its source pod's from.
 type UploadChains struct {
-	ServerSigner, ClientSigner *Signer
-	// ServerBundle and ClientBundle hold every still-valid CA of each chain.
-	ServerBundle, ClientBundle []byte
+	ServerSigner, ClientSigner, CloneSigner *Signer
+	// ServerBundle, ClientBundle and CloneBundle hold every still-valid CA
+	// of each chain.
+	ServerBundle, ClientBundle, CloneBundle []byte
 }
 
 // EnsureUploadChains returns the upload chains, creating what is missing
-// (the signers, their bundles, the upload proxy's client certificate) but
+// (the three signers, their bundles, the upload proxy's client certificate) but
 // rotating nothing: the certificate controller rotates. The populators call
 // it, so that an upload works even before the controller's first pass.
 func (s *Store) EnsureUploadChains(ctx context.Context, now time.Time) (*UploadChains, error) {
@@ -45,6 +47,12 @@ func (s *Store) EnsureUploadChains(ctx context.Context, now time.Time) (*UploadC
 		return nil, err
 	}
 	if u.ClientBundle, err = bundle(UploadServerClientSigner, u.ClientSigner); err != nil {
+		return nil, err
+	}
+	if u.CloneSigner, _, err = s.EnsureSigner(ctx, CloneClientSigner, settings.CA, now, false); err != nil {
+		return nil, err
+	}
+	if u.CloneBundle, err = bundle(CloneClientSigner, u.CloneSigner); err != nil {
 		return nil, err
 	}
 	l := leaf{secret: UploadServerClientCert, commonName: UploadServerClientName, client: true}

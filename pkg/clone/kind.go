@@ -121,7 +121,7 @@ func (k *Kind) Finalize(ctx context.Context, target *corev1.PersistentVolumeClai
 	k.uploadOutcomesOf().forget(target.UID)
 	ns := k.PrimeNamespace(target)
 	owned := client.MatchingLabels{cdiv1.LabelOwnedByUID: string(target.UID)}
-	retain := target.DeletionTimestamp == nil && target.Annotations[cdiv1.AnnPodRetainAfterCompletion] == "true"
+	retain := target.DeletionTimestamp == nil && populators.RetainWorkers(target, ns)
 	lists := []client.ObjectList{&corev1.PersistentVolumeClaimList{}}
 	if !retain {
 		lists = append(lists, &corev1.PodList{})

@@ -18,6 +18,16 @@ import (
 // TmpClaimName is the clone's prime: tmp-pvc-<target UID>.
 func TmpClaimName(target types.UID) string { return "tmp-pvc-" + string(target) }
 
+// TargetOfTmpClaim is the target UID a prime's name (TmpClaimName) holds;
+// empty for another name.
+func TargetOfTmpClaim(name string) types.UID {
+	uid, ok := strings.CutPrefix(name, "tmp-pvc-")
+	if !ok {
+		return ""
+	}
+	return types.UID(uid)
+}
+
 // TmpSnapshotName is the VolumeSnapshot a snapshot clone of a claim takes.
 func TmpSnapshotName(target types.UID) string { return "tmp-snapshot-" + string(target) }
 

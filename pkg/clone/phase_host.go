@@ -1,7 +1,9 @@
 package clone
 
 import (
+	"bytes"
 	"context"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"path"
@@ -16,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+	"github.com/kubefill/kubefill/pkg/certs"
 	"github.com/kubefill/kubefill/pkg/contract"
 	"github.com/kubefill/kubefill/pkg/populators"
 )
@@ -34,14 +37,16 @@ type hostClonePhase struct {
 
 func newHostClonePhase(r *run) *hostClonePhase {
 	k := r.k
-	server := &populators.UploadServer{Client: k.Client, NoProgress: true, ClientName: func(f *populators.Flow) string {
-		return f.Prime.Annotations[cdiv1.AnnUploadClientName]
-	}}
+	// The upload server takes only this clone's source pod: a certificate
+	// of the clone client signer (CloneClients) with the clone's name,
+	// computed here from the target and its VolumeCloneSource, never read
+	// back from the prime (which may sit in a namespace its users edit).
+	server := &populators.UploadServer{Client: k.Client, NoProgress: true, ClientName: cloneClientName}
 	upload := populators.UploadServerPhase(server, k.Image, k.PullPolicy)
 	upload.StateKey = "upload"
 	return &hostClonePhase{
 		run:     r,
-		serving: &populators.UploadServing{Client: k.Client, Reader: k.Reader, Namespace: k.Namespace, PublishNotReady: true},
+		serving: &populators.UploadServing{Client: k.Client, Reader: k.Reader, Namespace: k.Namespace, PublishNotReady: true, CloneClients: true},
 		upload:  upload,
 		source: &populators.WorkerPhase{Client: k.Client, Worker: &sourceWorker{run: r}, Image: k.Image, PullPolicy: k.PullPolicy,
 			StateKey: "source", Retry: populators.RetryPolicy{MaxRetries: 3, Backoff: 10 * time.Second}},
@@ -54,8 +59,8 @@ func (p *hostClonePhase) Reconcile(ctx context.Context, f *populators.Flow) (pop
 	if !p.run.has(PhaseHostClone) || f.HandedOver() {
 		return populators.Result{Done: true}, nil
 	}
-	if f.Prime.Annotations[cdiv1.AnnUploadClientName] == "" {
-		return populators.Result{}, fmt.Errorf("prime %s/%s names no %s", f.Prime.Namespace, f.Prime.Name, cdiv1.AnnUploadClientName)
+	if _, err := cloneClientName(f); err != nil {
+		return populators.Result{}, err
 	}
 	if res, err := p.serving.Reconcile(ctx, f); err != nil || !res.Done {
 		return res, err
@@ -133,7 +138,6 @@ func (p *hostClonePhase) uploadSucceeded(ctx context.Context, f *populators.Flow
 		return nil, nil
 	}
 	k := p.run.k
-	name := pod.Name
 	outcomes := k.uploadOutcomesOf()
 	if m := outcomes.succeeded(pod.UID); m != nil {
 		res := populators.Result{Done: true, Reason: cdiv1.ReasonCompleted, Progress: populators.FormatProgress(100, false),
@@ -155,7 +159,7 @@ func (p *hostClonePhase) uploadSucceeded(ctx context.Context, f *populators.Flow
 	if err != nil {
 		return nil, err
 	}
-	return nil, outcomes.watch(f.Target, pod, UploadServerName(name, f.Prime.Namespace), u.ServerBundle)
+	return nil, outcomes.watch(f.Target, pod, UploadServerName(populators.UploadServiceName(f.Prime), f.Prime.Namespace), u.ServerBundle)
 }
 
 // uploadPod is the upload pod the worker phase reported (from the cache),
@@ -249,11 +253,9 @@ func betweenAttempts(res populators.Result, lastFailure string) populators.Resul
 }
 
 // Cleanup implements populators.Cleaner: the pods, the Service and the
-// Secrets go (the pods stay, detached, when retained).
+// Secrets go (the pods stay, detached, when retained). It runs for every
+// clone, whatever its strategy: what a clone did not make is not found.
 func (p *hostClonePhase) Cleanup(ctx context.Context, f *populators.Flow, retain bool) error {
-	if f.Prime.Annotations[cdiv1.AnnUploadClientName] == "" {
-		return nil // not a host-assisted prime
-	}
 	p.run.k.uploadOutcomesOf().forget(f.Target.UID)
 	for _, c := range []populators.Cleaner{p.source, p.upload, p.serving} {
 		if err := c.Cleanup(ctx, f, retain); err != nil {
@@ -304,9 +306,12 @@ func phaseOr(p corev1.PersistentVolumeClaimPhase) string {
 // source claim, mounted read-only.
 type sourceWorker struct{ run *run }
 
-// PodName implements populators.Worker: CDI's <target UID>-source-pod.
+// PodName implements populators.Worker: CDI's <target UID>-source-pod,
+// with the UID taken from the prime's name (tmp-pvc-<UID>, which the
+// controller chose and nobody can change), not from a label the users of
+// the source's namespace may edit.
 func (w *sourceWorker) PodName(prime *corev1.PersistentVolumeClaim) string {
-	return SourcePodName(types.UID(prime.Labels[cdiv1.LabelOwnedByUID]))
+	return SourcePodName(TargetOfTmpClaim(prime.Name))
 }
 
 // WorkerSpec implements populators.Worker: the cloner's container and
@@ -320,7 +325,7 @@ func (w *sourceWorker) WorkerSpec(ctx context.Context, f *populators.Flow, confi
 	if err := w.ensureClientCert(ctx, f, name); err != nil {
 		return populators.WorkerSpec{}, err
 	}
-	uploadName := cdiv1.UploadPodName(f.Prime.Name)
+	uploadName := populators.UploadServiceName(f.Prime)
 	uploadURL, err := w.uploadURL(ctx, f.Prime.Namespace, uploadName)
 	if err != nil {
 		return populators.WorkerSpec{}, err
@@ -350,7 +355,7 @@ func (w *sourceWorker) WorkerSpec(ctx context.Context, f *populators.Flow, confi
 				{Name: contract.EnvCloneUploadAddressFile, Value: contract.CloneUploadAddressFile},
 				{Name: envOwnerUID, Value: string(f.Target.UID)},
 				{Name: envPreallocation, Value: strconv.FormatBool(prealloc)},
-				fromSecret(envServerCACert, "ca.crt"),
+				fromSecret(envServerCACert, cloneServerCAKey),
 				fromSecret(envClientCert, corev1.TLSCertKey),
 				fromSecret(envClientKey, corev1.TLSPrivateKeyKey),
 			},
@@ -394,43 +399,95 @@ func (w *sourceWorker) uploadURL(ctx context.Context, namespace, name string) (s
 	return UploadURL(ip), nil
 }
 
-// ensureClientCert makes the source pod's client certificate Secret, named
-// after the pod: issued by the upload client CA with the prime's upload
-// client name as its common name, plus the upload server CA (ca.crt).
+// ensureClientCert keeps the source pod's client certificate Secret, named
+// after the pod, next to the prime: a certificate of the clone client
+// signer whose common name is the clone's (cloneClientName), short-lived,
+// issued again whenever it is not that, plus the upload-server signer's
+// bundle (ca.crt) to verify the upload server with. The pod reads it once,
+// when it starts (its environment), so a certificate issued again reaches
+// the next source pod; the one running keeps its own, which it only needs
+// for the TLS handshake.
 func (w *sourceWorker) ensureClientCert(ctx context.Context, f *populators.Flow, name string) error {
 	k := w.run.k
 	reader := k.Reader
 	if reader == nil {
 		reader = k.Client
 	}
+	cn, err := cloneClientName(f)
+	if err != nil {
+		return err
+	}
 	key := types.NamespacedName{Namespace: f.Prime.Namespace, Name: name}
-	if err := reader.Get(ctx, key, &corev1.Secret{}); err == nil {
-		return nil
-	} else if !apierrors.IsNotFound(err) {
+	existing := &corev1.Secret{}
+	if err := reader.Get(ctx, key, existing); apierrors.IsNotFound(err) {
+		existing = nil
+	} else if err != nil {
 		return fmt.Errorf("reading Secret %s: %w", key, err)
 	}
 	u, err := populators.LoadUploadPKI(ctx, k.Client, reader, k.Namespace)
 	if err != nil {
 		return err
 	}
-	crt, pem, err := u.ClientSigner.CA.Issue(f.Prime.Annotations[cdiv1.AnnUploadClientName], nil, true, 30*24*time.Hour)
-	if err != nil {
-		return err
+	now := time.Now()
+	var have *x509.Certificate
+	if existing != nil {
+		have = certs.ParseLeaf(existing.Data[corev1.TLSCertKey], existing.Data[corev1.TLSPrivateKeyKey])
+	}
+	d := certs.DecideCloneClient(now, have, cn, certs.ParseBundle(u.CloneBundle))
+	if !d.Renew && bytes.Equal(existing.Data[cloneServerCAKey], u.ServerBundle) {
+		return nil
+	}
+	data := map[string][]byte{cloneServerCAKey: u.ServerBundle}
+	if d.Renew {
+		crt, pem, err := certs.IssueCloneClient(u.CloneSigner, cn, now)
+		if err != nil {
+			return fmt.Errorf("issuing the clone's client certificate: %w", err)
+		}
+		data[corev1.TLSCertKey], data[corev1.TLSPrivateKeyKey] = crt, pem
+		log.FromContext(ctx).V(1).Info("issued the clone source pod's client certificate", "secret", key.String(), "reason", d.Reason)
+	} else {
+		data[corev1.TLSCertKey], data[corev1.TLSPrivateKeyKey] = existing.Data[corev1.TLSCertKey], existing.Data[corev1.TLSPrivateKeyKey]
+	}
+	if existing != nil {
+		existing = existing.DeepCopy()
+		existing.Data = data
+		if err := k.Client.Update(ctx, existing); err != nil {
+			return fmt.Errorf("updating Secret %s: %w", key, err)
+		}
+		return nil
 	}
 	s := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.Prime.Namespace, Labels: map[string]string{
 			cdiv1.LabelApp: cdiv1.LabelAppValue, cdiv1.LabelOwnedByUID: string(f.Target.UID), cdiv1.LabelAppManagedBy: "kubefill"},
 			Annotations: map[string]string{populators.TargetAnnotation: populators.TargetRef(f.Target.Namespace, f.Target.Name, f.Prime.Namespace)}},
 		Type: corev1.SecretTypeTLS,
-		Data: map[string][]byte{corev1.TLSCertKey: crt, corev1.TLSPrivateKeyKey: pem, "ca.crt": u.ServerBundle},
+		Data: data,
 	}
 	if f.Prime.Namespace == f.Target.Namespace {
 		s.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "PersistentVolumeClaim", Name: f.Target.Name, UID: f.Target.UID}}
 	}
-	if err := k.Client.Create(ctx, s); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := k.Client.Create(ctx, s); err != nil {
+		// Made meanwhile: the next source pod's reconcile checks it again.
 		return fmt.Errorf("creating Secret %s: %w", key, err)
 	}
 	return nil
+}
+
+// cloneServerCAKey in the source pod's Secret is the upload-server signer's
+// bundle, which the cloner verifies the clone's upload server with.
+const cloneServerCAKey = "ca.crt"
+
+// cloneClientName is the common name of the clone's client certificate and
+// the one its upload server requires (UploadClientName): the source the
+// VolumeCloneSource names, in its namespace, and the prime the controller
+// names after the target (tmp-pvc-<target UID>, next to the source). It is
+// computed on every use from those, never read from the prime.
+func cloneClientName(f *populators.Flow) (string, error) {
+	vcs, ok := f.Source.(*cdiv1.VolumeCloneSource)
+	if !ok || vcs == nil {
+		return "", fmt.Errorf("the clone's VolumeCloneSource was not read")
+	}
+	return UploadClientName(vcs.Namespace, vcs.Spec.Source.Name, populators.SourceNamespace(f.Target), TmpClaimName(f.Target.UID)), nil
 }
 
 // Observe implements populators.Worker: a running source pod's progress,

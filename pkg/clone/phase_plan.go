@@ -303,8 +303,8 @@ func (r *run) preparePrime(target *corev1.PersistentVolumeClaim, _ client.Object
 	}
 	prime.Spec.Resources.Requests[corev1.ResourceStorage] = d.TargetSize
 	src := r.vcs.Spec.Source
-	if r.vcs.Spec.PriorityClassName != nil {
-		prime.Annotations[cdiv1.AnnPriorityClassName] = *r.vcs.Spec.PriorityClassName
+	if pc := r.vcs.Spec.PriorityClassName; pc != nil && !priorityFromOtherNamespace(r.vcs) {
+		prime.Annotations[cdiv1.AnnPriorityClassName] = *pc
 	}
 	switch {
 	case d.Strategy == cdiv1.CloneStrategyHostAssisted:
@@ -330,4 +330,15 @@ func (r *run) preparePrime(target *corev1.PersistentVolumeClaim, _ client.Object
 		}
 	}
 	return nil
+}
+
+// priorityFromOtherNamespace reports whether vcs's priorityClassName was
+// asked for in another namespace: a VolumeCloneSource the DataVolume
+// controller wrote in the source's namespace for a DataVolume elsewhere
+// carries that DataVolume's priority class, which does not choose the
+// priority of pods in the source's namespace (see
+// populators.IgnoredAcrossNamespaces). Pure.
+func priorityFromOtherNamespace(vcs *cdiv1.VolumeCloneSource) bool {
+	dv, ok := DataVolumeOf(vcs)
+	return ok && dv.Namespace != vcs.Namespace
 }

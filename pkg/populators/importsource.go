@@ -168,11 +168,13 @@ func (k *ImportKind) WorkerSpec(_ context.Context, f *Flow, config *cdiv1.CDICon
 	for i, h := range ep.ExtraHeaders {
 		env = append(env, corev1.EnvVar{Name: contract.EnvExtraHeaderPrefix + strconv.Itoa(i), Value: h})
 	}
-	if p := config.Status.ImportProxy; p != nil {
-		for name, v := range map[string]*string{contract.EnvHTTPProxy: p.HTTPProxy, contract.EnvHTTPSProxy: p.HTTPSProxy, contract.EnvNoProxy: p.NoProxy} {
-			if v != nil && *v != "" {
-				env = append(env, corev1.EnvVar{Name: name, Value: *v})
-			}
+	// CDIConfig's import proxy may carry credentials in its URLs: the
+	// importer reads it from the worker's Secret, not from its pod's spec,
+	// which anyone who may view the namespace reads.
+	secret := importProxySecret(config.Status.ImportProxy)
+	for _, e := range importProxyEnv {
+		if _, ok := secret[e]; ok {
+			env = append(env, SecretEnv(k.PodName(prime), e, e))
 		}
 	}
 	if ep.SecretRef != "" {
@@ -182,7 +184,7 @@ func (k *ImportKind) WorkerSpec(_ context.Context, f *Flow, config *cdiv1.CDICon
 		}
 	}
 	port := k.metricsPort()
-	spec := WorkerSpec{Component: "importer", Noun: "importer pod", Container: corev1.Container{
+	spec := WorkerSpec{Component: "importer", Noun: "importer pod", SecretData: secret, Container: corev1.Container{
 		Name:    "importer",
 		Command: []string{"kubefill", "importer"},
 		Args:    []string{"--metrics-addr", fmt.Sprintf(":%d", port)},
@@ -205,6 +207,30 @@ func (k *ImportKind) WorkerSpec(_ context.Context, f *Flow, config *cdiv1.CDICon
 	}
 	c.Env = env
 	return spec, nil
+}
+
+// importProxyEnv are the importer's proxy variables, in order; each is also
+// its key in the worker's Secret.
+var importProxyEnv = []string{contract.EnvHTTPProxy, contract.EnvHTTPSProxy, contract.EnvNoProxy}
+
+// importProxySecret is the worker Secret's data for CDIConfig's import
+// proxy: each value that is set, under its variable's name; nil when none
+// is. Pure.
+func importProxySecret(p *cdiv1.ImportProxy) map[string][]byte {
+	if p == nil {
+		return nil
+	}
+	var out map[string][]byte
+	for i, v := range []*string{p.HTTPProxy, p.HTTPSProxy, p.NoProxy} {
+		if v == nil || *v == "" {
+			continue
+		}
+		if out == nil {
+			out = map[string][]byte{}
+		}
+		out[importProxyEnv[i]] = []byte(*v)
+	}
+	return out
 }
 
 // Observe implements Worker: a running importer's progress, read every 2 s.

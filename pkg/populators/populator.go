@@ -158,6 +158,14 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 				return ctrl.Result{}, fmt.Errorf("authorising the source of %s: %w", target.Name, err)
 			}
 			if !allowed {
+				if f.Prime != nil && CleansWhenRefused(target) {
+					// Allowed before, refused now: the grant was revoked
+					// mid-flow. What was copied under it goes.
+					if err := r.revoke(ctx, f); err != nil {
+						return ctrl.Result{}, fmt.Errorf("stopping the population of %s after its source was refused: %w", target.Name, err)
+					}
+					msg = RevokedMessage(msg, f.Prime)
+				}
 				return ctrl.Result{RequeueAfter: sourceAuthPoll}, r.refuseSource(ctx, target, msg)
 			}
 		}
@@ -258,6 +266,56 @@ func (r *Reconciler) authorizeSource(ctx context.Context, target *corev1.Persist
 	return r.Grants.Allowed(ctx, target)
 }
 
+// revoke undoes a population whose cross-namespace source is refused after
+// it started (its ReferenceGrant was deleted or changed): the workers and
+// whatever the plan made go, then the kind's temporary objects in the
+// source's namespace, then the prime with the data it received, so nothing
+// copied under the grant stays readable. A grant given again starts the
+// population over: the prime and everything on it are new.
+func (r *Reconciler) revoke(ctx context.Context, f *Flow) error {
+	target, prime := f.Target, f.Prime
+	if err := cleanupPlan(ctx, f, r.Kind.Plan(), false); err != nil {
+		return err
+	}
+	if fin, ok := r.Kind.(Finalizer); ok {
+		if err := fin.Finalize(ctx, target); err != nil {
+			return err
+		}
+	}
+	if err := r.Client.Delete(ctx, prime); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("deleting prime %s/%s: %w", prime.Namespace, prime.Name, err)
+	}
+	r.event(target, corev1.EventTypeWarning, ReasonSourceRevoked, "AuthorizeSource", RevokedMessage("", prime))
+	// Nothing runs any more: the claim must not say a worker is ready.
+	return patchAnnotations(ctx, r.Client, target, map[string]string{
+		cdiv1.AnnPodPhase: "", cdiv1.AnnPodReady: "false", cdiv1.AnnPopulatorProgress: FormatProgress(0, false),
+	})
+}
+
+// ReasonSourceRevoked is the event of a population stopped because its
+// cross-namespace source was refused after it started.
+const ReasonSourceRevoked = "SourceAccessRevoked"
+
+// CleansWhenRefused says whether a population of target that has started
+// is undone when its source is refused: a source a ReferenceGrant allowed
+// (the grant was revoked). A clone authorised by a clone token
+// (cdi.kubevirt.io/dataSourceNamespace) is not: its short token expires by
+// design, and the extended token is bound to the claim. Pure.
+func CleansWhenRefused(target *corev1.PersistentVolumeClaim) bool {
+	return IsCrossNamespace(target) && AnnotatedSourceNamespace(target) == ""
+}
+
+// RevokedMessage is refusal (the grant check's message) with what was
+// undone: the workers stopped and the prime deleted with its data. Pure.
+func RevokedMessage(refusal string, prime *corev1.PersistentVolumeClaim) string {
+	msg := fmt.Sprintf("the source is no longer allowed: the worker pods were stopped and the temporary claim %s/%s was deleted with the data it had received; "+
+		"the population starts over once a ReferenceGrant allows the source again", prime.Namespace, prime.Name)
+	if refusal == "" {
+		return msg
+	}
+	return refusal + "; " + msg
+}
+
 // refuseSource tells the user why a cross-namespace source is not used: an
 // event (when the reason is new) and the running condition.
 func (r *Reconciler) refuseSource(ctx context.Context, target *corev1.PersistentVolumeClaim, msg string) error {
@@ -352,7 +410,7 @@ func (r *Reconciler) report(ctx context.Context, target *corev1.PersistentVolume
 // volume: the phases clean up, the target is marked populated, the prime goes.
 func (r *Reconciler) finish(ctx context.Context, f *Flow, plan []Phase) error {
 	target, prime := f.Target, f.Prime
-	retain := target.Annotations[cdiv1.AnnPodRetainAfterCompletion] == "true"
+	retain := RetainWorkers(target, prime.Namespace)
 	if err := cleanupPlan(ctx, f, plan, retain); err != nil {
 		return fmt.Errorf("cleaning up the workers of %s: %w", prime.Name, err)
 	}

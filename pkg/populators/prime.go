@@ -52,6 +52,9 @@ func (p *PrimePhase) Reconcile(ctx context.Context, f *Flow) (Result, error) {
 		}
 		f.Prime = prime
 		f.event(corev1.EventTypeNormal, "PrimeCreated", "CreatePrime", fmt.Sprintf("created PVC-prime %s to fill this claim", prime.Name))
+		if ignored := IgnoredAcrossNamespaces(f.Target, prime.Namespace); len(ignored) > 0 {
+			f.event(corev1.EventTypeWarning, ReasonIgnoredAcrossNamespaces, "CreatePrime", IgnoredAcrossNamespacesMessage(ignored, prime.Namespace))
+		}
 	}
 	// Clients that follow storage.populator.pvcPrime (the upload proxy,
 	// virtctl) find the prime through it.
@@ -71,8 +74,54 @@ func newPrimeIn(target *corev1.PersistentVolumeClaim, kind, namespace string) *c
 		prime.Namespace = namespace
 		prime.OwnerReferences = nil
 		prime.Annotations[annTargetName] = targetRef(target.Namespace, target.Name, namespace)
+		for _, key := range IgnoredAcrossNamespaces(target, namespace) {
+			delete(prime.Annotations, key)
+		}
 	}
 	return prime
+}
+
+// ReasonIgnoredAcrossNamespaces is the event reason of a claim whose
+// requests for its worker pods are not applied in another namespace.
+const ReasonIgnoredAcrossNamespaces = "IgnoredInSourceNamespace"
+
+// acrossNamespaceIgnored are the claim's annotations about its worker pods
+// that a flow whose prime and workers live in another namespace (a
+// cross-namespace clone's, next to its source) does not apply there: the
+// claim's user has no right to keep pods in that namespace
+// (retainAfterCompletion) or to choose their priority there.
+var acrossNamespaceIgnored = []string{cdiv1.AnnPodRetainAfterCompletion, cdiv1.AnnPriorityClassName}
+
+// IgnoredAcrossNamespaces are the annotations of target that are not
+// applied to a prime and its workers in namespace, in order; none when
+// namespace is the target's. Pure.
+func IgnoredAcrossNamespaces(target *corev1.PersistentVolumeClaim, namespace string) []string {
+	if namespace == "" || namespace == target.Namespace {
+		return nil
+	}
+	var out []string
+	for _, key := range acrossNamespaceIgnored {
+		if _, ok := target.Annotations[key]; ok {
+			out = append(out, key)
+		}
+	}
+	return out
+}
+
+// IgnoredAcrossNamespacesMessage tells the claim's user which of its
+// annotations were ignored, and why. Pure.
+func IgnoredAcrossNamespacesMessage(keys []string, namespace string) string {
+	return fmt.Sprintf("ignored %s: the temporary claim and the pods that fill this claim run in the source's namespace %s, "+
+		"where this claim's annotations do not choose pod priority or keep pods after completion", strings.Join(keys, " and "), namespace)
+}
+
+// RetainWorkers says whether target's finished worker pods are kept
+// (cdi.kubevirt.io/storage.pod.retainAfterCompletion), which they never
+// are in another namespace than the target's (primeNamespace, a
+// cross-namespace clone's source namespace): CDI avoids retaining pods in a
+// namespace the claim's user has no right to. Pure.
+func RetainWorkers(target *corev1.PersistentVolumeClaim, primeNamespace string) bool {
+	return target.Annotations[cdiv1.AnnPodRetainAfterCompletion] == "true" && (primeNamespace == "" || primeNamespace == target.Namespace)
 }
 
 // Reasons of a prime that cannot be created, CDI's: ErrExceededQuota is

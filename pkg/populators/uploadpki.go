@@ -10,8 +10,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 	"github.com/kubefill/kubefill/pkg/certs"
 	"github.com/kubefill/kubefill/pkg/contract"
 	"github.com/kubefill/kubefill/pkg/pki"
@@ -39,15 +41,28 @@ const (
 	// UploadServerPort is the upload server's TLS port in the pod; its
 	// Service listens on contract.UploadServicePort.
 	UploadServerPort = contract.UploadServerPort
-	// LabelUploadTarget on an upload pod names its prime; the pod's Service
-	// selects on it.
+	// LabelUploadTarget on an upload pod names its prime (see
+	// uploadTargetLabel); the pod's Service selects on it.
 	LabelUploadTarget = "kubefill.io/upload-target"
 )
 
-// UploadServiceHost is the DNS name the proxy dials (and verifies) for an
-// upload pod: <service>.<namespace>.svc.
-func UploadServiceHost(serviceName, namespace string) string {
-	return serviceName + "." + namespace + ".svc"
+// UploadServiceName is the name of the Service, and of the serving
+// certificate's Secret, of the upload pod that serves prime (a prime, or a
+// claim filled in place): always a DNS-1035 label, the one name the upload
+// proxy also computes (cdiv1.UploadServiceName).
+func UploadServiceName(prime *corev1.PersistentVolumeClaim) string {
+	return cdiv1.UploadServiceName(prime.Name)
+}
+
+// uploadTargetLabel is the LabelUploadTarget value of prime's upload pod
+// and its Service's selector: the prime's name, which every prime has
+// carried, when it is a label value (at most 63 characters), else the
+// Service's name (a claim filled in place may have a longer name). Pure.
+func uploadTargetLabel(prime *corev1.PersistentVolumeClaim) string {
+	if len(validation.IsValidLabelValue(prime.Name)) == 0 {
+		return prime.Name
+	}
+	return UploadServiceName(prime)
 }
 
 // LoadUploadPKI returns the upload chains of the install namespace,
@@ -72,10 +87,14 @@ func EnsureUploadPKI(ctx context.Context, c client.Client, r client.Reader, name
 	return u.ServerSigner.CA, u.ClientSigner.CA, nil
 }
 
-// ensureServing creates the upload pod's serving Secret and its Service.
+// ensureServing creates the upload pod's serving Secret and its Service,
+// both named UploadServiceName. The certificate's names come from that name
+// alone, never from the claim's: <service>.<namespace>.svc (its common name)
+// and <service>.<namespace>.svc.cluster.local, the names of a Service of
+// the prime's namespace and nothing else.
 func (p *UploadServing) ensureServing(ctx context.Context, target, prime *corev1.PersistentVolumeClaim) error {
 	k := p
-	name := UploadPodName(prime)
+	name := UploadServiceName(prime)
 	s := &corev1.Secret{}
 	err := k.reader().Get(ctx, types.NamespacedName{Namespace: prime.Namespace, Name: name}, s)
 	if apierrors.IsNotFound(err) {
@@ -85,19 +104,24 @@ func (p *UploadServing) ensureServing(ctx context.Context, target, prime *corev1
 		}
 		// Valid as long as the signer is: the proxy trusts the signer's
 		// bundle, which keeps it until it expires.
-		host := UploadServiceHost(name, prime.Namespace)
+		hosts := UploadServingHosts(name, prime.Namespace)
 		now := time.Now()
-		crt, key, err := u.ServerSigner.CA.Issue(host, []string{name, name + "." + prime.Namespace, host, host + ".cluster.local"}, false,
-			certs.LeafValidity(u.ServerSigner, uploadServerValidity, now))
+		crt, key, err := u.ServerSigner.CA.Issue(hosts[0], hosts, false, certs.LeafValidity(u.ServerSigner, uploadServerValidity, now))
 		if err != nil {
 			return err
 		}
-		// client-ca.crt is the client signer's whole bundle, so a proxy
-		// certificate from a rotated signer is accepted too.
+		// client-ca.crt is the one signer whose clients this server takes,
+		// its whole bundle, so that a client certificate of a rotated signer
+		// is accepted too: the upload proxy's signer for an upload, the clone
+		// signer for a clone's upload server (never both).
+		clientBundle := u.ClientBundle
+		if p.CloneClients {
+			clientBundle = u.CloneBundle
+		}
 		s = &corev1.Secret{
 			ObjectMeta: servingMeta(name, target, prime),
 			Type:       corev1.SecretTypeTLS,
-			Data:       map[string][]byte{corev1.TLSCertKey: crt, corev1.TLSPrivateKeyKey: key, "client-ca.crt": u.ClientBundle},
+			Data:       map[string][]byte{corev1.TLSCertKey: crt, corev1.TLSPrivateKeyKey: key, UploadClientCAKey: clientBundle},
 		}
 		if err := k.Client.Create(ctx, s); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating upload Secret %s: %w", name, err)
@@ -108,7 +132,7 @@ func (p *UploadServing) ensureServing(ctx context.Context, target, prime *corev1
 	svc := &corev1.Service{
 		ObjectMeta: servingMeta(name, target, prime),
 		Spec: corev1.ServiceSpec{
-			Selector: map[string]string{LabelUploadTarget: prime.Name},
+			Selector: map[string]string{LabelUploadTarget: uploadTargetLabel(prime)},
 			Ports: []corev1.ServicePort{{Name: "uploadserver", Protocol: corev1.ProtocolTCP, Port: contract.UploadServicePort,
 				TargetPort: intstr.FromInt32(contract.UploadServerPort)}},
 			PublishNotReadyAddresses: p.PublishNotReady,
@@ -118,6 +142,19 @@ func (p *UploadServing) ensureServing(ctx context.Context, target, prime *corev1
 		return fmt.Errorf("creating upload Service %s: %w", name, err)
 	}
 	return nil
+}
+
+// UploadClientCAKey in the upload pod's serving Secret is the bundle of the
+// CA its clients' certificates must chain to.
+const UploadClientCAKey = "client-ca.crt"
+
+// UploadServingHosts are the names on the serving certificate of the upload
+// Service service in namespace: <service>.<namespace>.svc first (its common
+// name, what the upload proxy and a clone's source pod verify), then the
+// same under cluster.local. Pure.
+func UploadServingHosts(service, namespace string) []string {
+	host := service + "." + namespace + ".svc"
+	return []string{host, host + ".cluster.local"}
 }
 
 // uploadServerValidity bounds an upload pod's serving certificate; it is

@@ -36,7 +36,8 @@ type UploadKind struct {
 }
 
 // UploadPodName is the upload pod's name for a prime (or a claim filled in
-// place); its Service and its serving-certificate Secret have the same name.
+// place); its Service and its serving-certificate Secret are named
+// UploadServiceName (the same name unless the claim's has dots or is long).
 func UploadPodName(prime *corev1.PersistentVolumeClaim) string {
 	return cdiv1.UploadPodName(prime.Name)
 }
@@ -89,8 +90,9 @@ type UploadServer struct {
 	// the pod's upload port, where /metrics needs no client certificate.
 	ScrapeProgress func(ctx context.Context, pod *corev1.Pod, port int32) (float64, error)
 	// ClientName is the common name the server requires of its clients'
-	// certificates; nil is UploadProxyClientName (the upload proxy's).
-	ClientName func(f *Flow) string
+	// certificates, computed by the controller; nil is
+	// UploadProxyClientName (the upload proxy's).
+	ClientName func(f *Flow) (string, error)
 	// NoProgress leaves the progress to another worker (a clone's source pod).
 	NoProgress bool
 }
@@ -131,10 +133,12 @@ func (u *UploadServer) PodName(prime *corev1.PersistentVolumeClaim) string {
 func (u *UploadServer) WorkerSpec(_ context.Context, f *Flow, config *cdiv1.CDIConfig) (WorkerSpec, error) {
 	clientName := UploadProxyClientName
 	if u.ClientName != nil {
-		clientName = u.ClientName(f)
+		var err error
+		if clientName, err = u.ClientName(f); err != nil {
+			return WorkerSpec{}, err
+		}
 	}
 	prime := f.Prime
-	name := UploadPodName(prime)
 	size := prime.Spec.Resources.Requests[corev1.ResourceStorage]
 	contentType := prime.Annotations[cdiv1.AnnContentType]
 	if contentType == "" {
@@ -145,7 +149,7 @@ func (u *UploadServer) WorkerSpec(_ context.Context, f *Flow, config *cdiv1.CDIC
 		"--listen", fmt.Sprintf(":%d", contract.UploadServerPort),
 		"--tls-cert-file", tlsDir + "/" + corev1.TLSCertKey,
 		"--tls-key-file", tlsDir + "/" + corev1.TLSPrivateKeyKey,
-		"--client-ca-file", tlsDir + "/client-ca.crt",
+		"--client-ca-file", tlsDir + "/" + UploadClientCAKey,
 		"--client-name", clientName,
 		"--content-type", contentType,
 		"--image-size", size.String(),
@@ -168,8 +172,8 @@ func (u *UploadServer) WorkerSpec(_ context.Context, f *Flow, config *cdiv1.CDIC
 			},
 			VolumeMounts: []corev1.VolumeMount{{Name: contract.UploadTLSVolume, MountPath: tlsDir, ReadOnly: true}},
 		},
-		Volumes: []corev1.Volume{{Name: contract.UploadTLSVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: name}}}},
-		Labels:  map[string]string{LabelUploadTarget: prime.Name},
+		Volumes: []corev1.Volume{{Name: contract.UploadTLSVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: UploadServiceName(prime)}}}},
+		Labels:  map[string]string{LabelUploadTarget: uploadTargetLabel(prime)},
 	}, nil
 }
 
@@ -239,6 +243,10 @@ type UploadServing struct {
 	// it has an address, before its readiness probe passes (a clone's
 	// source pod, started beside it, retries until the server listens).
 	PublishNotReady bool
+	// CloneClients makes the server trust the clone client signer's
+	// certificates instead of the upload proxy's: a host-assisted clone's
+	// upload server, which only its source pod may reach.
+	CloneClients bool
 }
 
 // Name implements Phase.
@@ -271,7 +279,7 @@ func (p *UploadServing) Reconcile(ctx context.Context, f *Flow) (Result, error) 
 
 // Cleanup implements Cleaner: the Service and the Secret go.
 func (p *UploadServing) Cleanup(ctx context.Context, f *Flow, _ bool) error {
-	name := UploadPodName(f.Prime)
+	name := UploadServiceName(f.Prime)
 	for _, obj := range []client.Object{&corev1.Service{}, &corev1.Secret{}} {
 		obj.SetNamespace(f.Prime.Namespace)
 		obj.SetName(name)

@@ -50,6 +50,23 @@ type WorkerSpec struct {
 	Data *DataClaim
 	// NoScratch leaves out the scratch volume (a worker that only reads).
 	NoScratch bool
+	// SecretData are values the pod's spec must not show (credentials, such
+	// as CDIConfig's import proxy URLs): the WorkerPhase writes them into
+	// the Secret WorkerSecretName, in the pod's namespace, owned by the
+	// target, before it makes the pod, and deletes it with the pod. The
+	// container reads them through secretKeyRef (SecretEnv).
+	SecretData map[string][]byte
+}
+
+// WorkerSecretName is the Secret of a worker pod's SecretData:
+// <pod>-env (shortened as CDI's names are).
+func WorkerSecretName(podName string) string { return cdiv1.ResourceName(podName, "env") }
+
+// SecretEnv is the environment variable env of worker pod podName, read
+// from key of its SecretData.
+func SecretEnv(podName, env, key string) corev1.EnvVar {
+	return corev1.EnvVar{Name: env, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: WorkerSecretName(podName)}, Key: key}}}
 }
 
 // DataClaim is a claim other than the prime that a worker mounts as its data
@@ -135,6 +152,9 @@ func (w *WorkerPhase) Reconcile(ctx context.Context, f *Flow) (Result, error) {
 	}
 	spec, err := w.Worker.WorkerSpec(ctx, f, config)
 	if err != nil {
+		return Result{}, err
+	}
+	if err := w.writeSecret(ctx, f, name, spec); err != nil {
 		return Result{}, err
 	}
 	pod = w.render(f, name, spec, config)
@@ -259,16 +279,57 @@ func (w *WorkerPhase) render(f *Flow, name string, spec WorkerSpec, config *cdiv
 			OwnerReferences: ownedBy(target, prime.Namespace),
 		},
 		Spec: corev1.PodSpec{
-			Containers:        []corev1.Container{c},
-			Volumes:           volumes,
-			RestartPolicy:     corev1.RestartPolicyNever,
-			SecurityContext:   workerPodSecurity(),
-			PriorityClassName: prime.Annotations[cdiv1.AnnPriorityClassName],
-			NodeSelector:      w.Placement.NodeSelector,
-			Affinity:          w.Placement.Affinity,
-			Tolerations:       w.Placement.Tolerations,
+			Containers:    []corev1.Container{c},
+			Volumes:       volumes,
+			RestartPolicy: corev1.RestartPolicyNever,
+			// Workers talk to no API server: no ServiceAccount token is
+			// mounted (a parser bug reached through an image would otherwise
+			// hold the namespace's default token).
+			AutomountServiceAccountToken: ptr.To(false),
+			SecurityContext:              workerPodSecurity(),
+			PriorityClassName:            prime.Annotations[cdiv1.AnnPriorityClassName],
+			NodeSelector:                 w.Placement.NodeSelector,
+			Affinity:                     w.Placement.Affinity,
+			Tolerations:                  w.Placement.Tolerations,
 		},
 	}
+}
+
+// writeSecret writes spec's SecretData into the worker's Secret, made or
+// replaced as a whole (a CDIConfig edited since the last attempt reaches
+// the next pod), or deletes the Secret when there is none (an earlier
+// attempt's values do not linger). Secrets are not cached: it never reads
+// one.
+func (w *WorkerPhase) writeSecret(ctx context.Context, f *Flow, podName string, spec WorkerSpec) error {
+	if len(spec.SecretData) == 0 {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: WorkerSecretName(podName), Namespace: f.Prime.Namespace}}
+		if err := w.Client.Delete(ctx, s); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting the %s's Secret %s/%s: %w", spec.Noun, s.Namespace, s.Name, err)
+		}
+		return nil
+	}
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: WorkerSecretName(podName), Namespace: f.Prime.Namespace,
+			Labels: workerLabels(f.Target, spec.Component), OwnerReferences: ownedBy(f.Target, f.Prime.Namespace),
+			Annotations: map[string]string{annTargetName: targetRef(f.Target.Namespace, f.Target.Name, f.Prime.Namespace)}},
+		Type: corev1.SecretTypeOpaque,
+		Data: spec.SecretData,
+	}
+	err := w.Client.Create(ctx, s)
+	if apierrors.IsAlreadyExists(err) {
+		// An earlier attempt's: made again as a whole (the controller may
+		// create and delete Secrets, not patch them), before the pod that
+		// reads it exists.
+		old := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: s.Name, Namespace: s.Namespace}}
+		if err := w.Client.Delete(ctx, old); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("replacing the %s's Secret %s/%s: %w", spec.Noun, s.Namespace, s.Name, err)
+		}
+		err = w.Client.Create(ctx, s)
+	}
+	if err != nil {
+		return fmt.Errorf("writing the %s's Secret %s/%s: %w", spec.Noun, s.Namespace, s.Name, err)
+	}
+	return nil
 }
 
 // workerPodSecurity runs a worker as contract.WorkerUID, never as root.
@@ -283,9 +344,14 @@ func workerPodSecurity() *corev1.PodSecurityContext {
 	}
 }
 
-// Cleanup implements Cleaner: the worker pod is deleted, unless retained;
-// then it is detached from the target so that it outlives it.
+// Cleanup implements Cleaner: the worker's Secret is deleted, and the
+// worker pod, unless retained; then it is detached from the target so that
+// it outlives it.
 func (w *WorkerPhase) Cleanup(ctx context.Context, f *Flow, retain bool) error {
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: f.Prime.Namespace, Name: WorkerSecretName(w.Worker.PodName(f.Prime))}}
+	if err := w.Client.Delete(ctx, secret); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("deleting Secret %s/%s: %w", secret.Namespace, secret.Name, err)
+	}
 	pod := &corev1.Pod{}
 	if err := w.Client.Get(ctx, types.NamespacedName{Namespace: f.Prime.Namespace, Name: w.Worker.PodName(f.Prime)}, pod); err != nil {
 		return client.IgnoreNotFound(err)

@@ -7,11 +7,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -145,6 +147,116 @@ func checkWorkerPod(t *testing.T, pod *corev1.Pod, f *Flow, container, component
 	}
 	if pod.Spec.RestartPolicy != corev1.RestartPolicyNever || pod.Spec.PriorityClassName != "high" {
 		t.Errorf("restart policy %s priority class %q", pod.Spec.RestartPolicy, pod.Spec.PriorityClassName)
+	}
+	if a := pod.Spec.AutomountServiceAccountToken; a == nil || *a {
+		t.Errorf("automountServiceAccountToken %v, want false: a worker carries no ServiceAccount token", a)
+	}
+}
+
+// TestImporterProxyFromSecret: CDIConfig's import proxy reaches the
+// importer through the worker's Secret (owned by the claim), never as a
+// value in the pod's spec; a later pod without a proxy leaves no Secret,
+// and the cleanup removes it.
+func TestImporterProxyFromSecret(t *testing.T) {
+	ctx := context.Background()
+	src := &cdiv1.VolumeImportSource{Spec: cdiv1.VolumeImportSourceSpec{Source: &cdiv1.ImportSourceType{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: "https://x/disk.qcow2"}}}}
+	f, c := testFlow(t, corev1.PersistentVolumeFilesystem, src)
+	config := &cdiv1.CDIConfig{}
+	if err := c.Get(ctx, client.ObjectKey{Name: cdiv1.CDIConfigName}, config); err != nil {
+		t.Fatal(err)
+	}
+	config.Status.ImportProxy = &cdiv1.ImportProxy{HTTPProxy: ptr.To("http://user:secret@proxy:3128"), HTTPSProxy: ptr.To("http://user:secret@proxy:3128"),
+		NoProxy: ptr.To(".cluster.local"), TrustedCAProxy: ptr.To("")}
+	if err := c.Update(ctx, config); err != nil {
+		t.Fatal(err)
+	}
+	kind := &ImportKind{Client: c, Image: "img:1"}
+	w := kind.Plan()[1].(*WorkerPhase)
+	if _, err := w.Reconcile(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "vms", Name: "importer-prime-u-1"}, pod); err != nil {
+		t.Fatal(err)
+	}
+	secretName := WorkerSecretName(pod.Name)
+	if secretName != "importer-prime-u-1-env" {
+		t.Errorf("worker Secret %q", secretName)
+	}
+	refs := map[string]string{}
+	for _, e := range pod.Spec.Containers[0].Env {
+		if strings.Contains(e.Value, "secret") || strings.Contains(e.Value, "proxy:3128") {
+			t.Errorf("env %s holds the proxy in the pod's spec: %q", e.Name, e.Value)
+		}
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Name == secretName {
+			refs[e.Name] = e.ValueFrom.SecretKeyRef.Key
+		}
+	}
+	for _, env := range []string{contract.EnvHTTPProxy, contract.EnvHTTPSProxy, contract.EnvNoProxy} {
+		if refs[env] != env {
+			t.Errorf("env %s from %v, want key %s of Secret %s", env, refs, env, secretName)
+		}
+	}
+	secret := &corev1.Secret{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "vms", Name: secretName}, secret); err != nil {
+		t.Fatal(err)
+	}
+	if string(secret.Data[contract.EnvHTTPSProxy]) != "http://user:secret@proxy:3128" || string(secret.Data[contract.EnvNoProxy]) != ".cluster.local" || len(secret.Data) != 3 {
+		t.Errorf("Secret data %v", secret.Data)
+	}
+	if !metav1.IsControlledBy(secret, f.Target) || secret.Labels[cdiv1.LabelOwnedByUID] != "u-1" {
+		t.Errorf("Secret owners %v labels %v, want the claim", secret.OwnerReferences, secret.Labels)
+	}
+
+	// The proxy is removed from CDIConfig; the next pod has none, and
+	// neither does the Secret (it goes).
+	config.Status.ImportProxy = &cdiv1.ImportProxy{HTTPProxy: ptr.To(""), HTTPSProxy: ptr.To(""), NoProxy: ptr.To("")}
+	if err := c.Update(ctx, config); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Reconcile(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "vms", Name: secretName}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the worker Secret after the proxy was removed: %v, want it gone", err)
+	}
+	// A proxy again, then the cleanup: pod and Secret go.
+	config.Status.ImportProxy = &cdiv1.ImportProxy{HTTPSProxy: ptr.To("http://p:1")}
+	if err := c.Update(ctx, config); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: pod.Name}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Reconcile(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "vms", Name: secretName}, secret); err != nil || len(secret.Data) != 1 {
+		t.Fatalf("the worker Secret with one proxy: %v %v", err, secret.Data)
+	}
+	// Another proxy for the next attempt: the Secret's data is replaced.
+	config.Status.ImportProxy = &cdiv1.ImportProxy{HTTPProxy: ptr.To("http://q:2")}
+	if err := c.Update(ctx, config); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: pod.Name}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Reconcile(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	secret = &corev1.Secret{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "vms", Name: secretName}, secret); err != nil || len(secret.Data) != 1 || string(secret.Data[contract.EnvHTTPProxy]) != "http://q:2" {
+		t.Fatalf("the worker Secret after the proxy changed: %v %v", err, secret.Data)
+	}
+	if err := w.Cleanup(ctx, f, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "vms", Name: secretName}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the worker Secret after the cleanup: %v, want it gone", err)
 	}
 }
 

@@ -73,7 +73,8 @@ type ServiceLocator struct {
 	Port int // contract.UploadServicePort (443) if zero
 }
 
-// ResolveUploadServer returns https://cdi-upload-<serving>.<namespace>.svc[:port].
+// ResolveUploadServer returns https://<service>.<namespace>.svc[:port], the
+// upload Service of serving (ServiceHost).
 func (l ServiceLocator) ResolveUploadServer(_ context.Context, namespace, serving string) (Endpoint, error) {
 	host := ServiceHost(namespace, serving)
 	if l.Port != 0 && l.Port != contract.UploadServicePort {

@@ -122,7 +122,11 @@ func DecideTarget(pvc, prime *corev1.PersistentVolumeClaim) Decision {
 	return Decision{State: TargetWaiting, Serving: primeName, Reason: fmt.Sprintf("the upload pod %s of PersistentVolumeClaim %s is not ready yet", cdiv1.UploadPodName(primeName), where)}
 }
 
-// ServiceHost is the in-cluster DNS name of the upload Service.
+// ServiceHost is the in-cluster DNS name of the upload Service of the
+// claim serving, <service>.<namespace>.svc, with the Service's name the
+// controller gives it (cdiv1.UploadServiceName: a DNS-1035 label, so the
+// name stays in the namespace whatever the claim is called): what the
+// proxy dials, and verifies on the upload pod's serving certificate.
 func ServiceHost(namespace, serving string) string {
-	return cdiv1.UploadPodName(serving) + "." + namespace + ".svc"
+	return cdiv1.UploadServiceHost(namespace, serving)
 }

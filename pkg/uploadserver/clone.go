@@ -31,7 +31,8 @@ import (
 // Refusals: 400 "async clone not supported" on the async paths, 400 for a
 // clone content type on the form and archive paths or an unknown
 // x-cdi-content-type, 401 for another client certificate, 403 when the
-// server is not a clone target (its ClientName is not a clone's), 413 for
+// server is not a clone target (its ClientName is not a clone's) and 403
+// for an ordinary upload into a clone target, 413 for
 // a stream larger than the destination, 400 for a hostile tar entry or a
 // filesystem-clone without disk.img into a Block volume, 500 for a
 // truncated or corrupt stream (the source pod may retry) or a failing
@@ -51,6 +52,10 @@ func (s *Server) cloneRequest(r *http.Request, m mode) (contentType, refusal str
 	ct := strings.TrimSpace(r.Header.Get(cloner.HeaderContentType))
 	switch ct {
 	case "":
+		if s.cloneTarget() {
+			return "", fmt.Sprintf("this upload server is the target of the clone %q: it takes only that clone's stream (%s %s or %s), not an upload",
+				s.cfg.ClientName, cloner.HeaderContentType, cloner.ContentTypeBlock, cloner.ContentTypeFilesystem), http.StatusForbidden
+		}
 		return "", "", 0
 	case cloner.ContentTypeBlock, cloner.ContentTypeFilesystem:
 	default:

@@ -41,6 +41,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -63,10 +64,13 @@ type Config struct {
 	// CertFile and KeyFile are the serving certificate; ClientCAFile holds
 	// the CA bundle client certificates must chain to (the proxy's client CA).
 	CertFile, KeyFile, ClientCAFile string
-	// ClientName, if set, is the common name the client certificate must
-	// have. A clone's name, <srcNs>/<srcName>-<tgtNs>/<tgtName> (it holds a
-	// "/", which no other client name does), makes the server a clone
-	// target: only then does it accept clone streams.
+	// ClientName is the common name the client certificate must have
+	// (required). The upload proxy's name makes an ordinary upload server;
+	// a clone's name, <srcNs>/<srcName>-<tgtNs>/<tgtName> (it holds a "/",
+	// which no other client name does), makes the server a clone target:
+	// it then takes that clone's stream and nothing else. The controller
+	// pairs each with its signer in ClientCAFile: the upload proxy's client
+	// signer for an ordinary server, the clone client signer for a clone's.
 	ClientName string
 	// Paths are the data, block, scratch and termination-log locations.
 	Paths importer.Paths
@@ -124,7 +128,10 @@ func New(cfg Config, log logr.Logger) (*Server, error) {
 		return nil, errors.New("a serving certificate and key are required")
 	}
 	if cfg.ClientCAFile == "" {
-		return nil, errors.New("a client CA bundle is required: the upload server only accepts the upload proxy")
+		return nil, errors.New("a client CA bundle is required: the upload server only accepts the upload proxy, or a clone's source pod")
+	}
+	if cfg.ClientName == "" {
+		return nil, errors.New("the client certificate's common name (--client-name) is required: the upload proxy's, or a clone's <srcNs>/<srcName>-<tgtNs>/<tgtName>")
 	}
 	switch cfg.ContentType {
 	case "":
@@ -312,9 +319,12 @@ func (s *Server) route(m mode) http.HandlerFunc {
 // returns "" when it is accepted.
 func (s *Server) checkClient(r *http.Request) string {
 	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
+		if s.cloneTarget() {
+			return "a client certificate from the clone client signer is required: this upload server receives only the clone " + strconv.Quote(s.cfg.ClientName)
+		}
 		return "a client certificate from the upload proxy's CA is required"
 	}
-	if cn := r.TLS.VerifiedChains[0][0].Subject.CommonName; s.cfg.ClientName != "" && cn != s.cfg.ClientName {
+	if cn := r.TLS.VerifiedChains[0][0].Subject.CommonName; cn != s.cfg.ClientName {
 		if s.cloneTarget() {
 			return fmt.Sprintf("client certificate %q is not this clone's: this upload server receives only the clone %q", cn, s.cfg.ClientName)
 		}

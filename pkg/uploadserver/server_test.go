@@ -120,7 +120,7 @@ func start(t *testing.T, mutate func(*Config)) *running {
 			DataPath: filepath.Join(dir, "data", "disk.img"), BlockPath: filepath.Join(dir, "no-block-device"),
 			ScratchDir: filepath.Join(dir, "scratch"), TerminationLog: filepath.Join(dir, "termination-log"),
 		},
-		ImageSize: imgSize, OwnerUID: "uid-1",
+		ImageSize: imgSize, OwnerUID: "uid-1", ClientName: "cdi-uploadproxy",
 		OnListen: func(a string) { addrc <- a },
 	}
 	if mutate != nil {
@@ -317,7 +317,7 @@ func TestConflictAfterCompletion(t *testing.T) {
 	raw, _, _ := images(t)
 	p := newPKI(t)
 	dir := t.TempDir()
-	srv, err := New(Config{CertFile: p.certFile, KeyFile: p.keyFile, ClientCAFile: p.cas, ImageSize: imgSize,
+	srv, err := New(Config{CertFile: p.certFile, KeyFile: p.keyFile, ClientCAFile: p.cas, ImageSize: imgSize, ClientName: "cdi-uploadproxy",
 		Paths: importer.Paths{DataPath: filepath.Join(dir, "disk.img"), BlockPath: filepath.Join(dir, "none")}}, testr.New(t))
 	if err != nil {
 		t.Fatal(err)

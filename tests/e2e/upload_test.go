@@ -80,7 +80,7 @@ func TestDataVolumeUploadQcow2(t *testing.T) {
 	if err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: podName}, pod); err != nil {
 		t.Fatalf("upload pod: %v", err)
 	}
-	hc := uploadClient(t, c, installNS, populators.UploadServiceHost(podName, ns))
+	hc := uploadClient(t, c, installNS, cdiv1.UploadServiceHost(ns, prime.Name))
 	base := "https://" + net.JoinHostPort(pod.Status.PodIP, fmt.Sprint(populators.UploadServerPort))
 
 	// virtctl's probe, then the upload itself.
@@ -146,13 +146,14 @@ func uploadTarget(t *testing.T, c client.Client, installNS, ns, name string) (ba
 	if err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, pvc); err != nil {
 		t.Fatal(err)
 	}
-	podName := populators.UploadPodName(&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: pvc.Annotations[cdiv1.AnnPVCPrimeName]}})
+	primeName := pvc.Annotations[cdiv1.AnnPVCPrimeName]
+	podName := populators.UploadPodName(&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: primeName}})
 	pod := &corev1.Pod{}
 	if err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: podName}, pod); err != nil {
 		t.Fatalf("upload pod: %v", err)
 	}
 	return "https://" + net.JoinHostPort(pod.Status.PodIP, fmt.Sprint(populators.UploadServerPort)),
-		uploadClient(t, c, installNS, populators.UploadServiceHost(podName, ns)), seen
+		uploadClient(t, c, installNS, cdiv1.UploadServiceHost(ns, primeName)), seen
 }
 
 // TestUploadSurvivesKilledConnection: an upload whose connection dies

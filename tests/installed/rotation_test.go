@@ -63,7 +63,7 @@ func TestInstalledRotation(t *testing.T) {
 		}
 		return s.Data[corev1.TLSCertKey]
 	}
-	signers := []string{certs.APIServerSigner, certs.UploadProxySigner, certs.UploadServerSigner, certs.UploadServerClientSigner}
+	signers := []string{certs.APIServerSigner, certs.UploadProxySigner, certs.UploadServerSigner, certs.UploadServerClientSigner, certs.CloneClientSigner}
 	first := map[string][]byte{}
 	for _, s := range signers {
 		first[s] = signerCert(s)

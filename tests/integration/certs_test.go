@@ -229,7 +229,7 @@ func TestCertificateRotation(t *testing.T) {
 		}
 		return true
 	})
-	signers := []string{certs.APIServerSigner, certs.UploadProxySigner, certs.UploadServerSigner, certs.UploadServerClientSigner}
+	signers := []string{certs.APIServerSigner, certs.UploadProxySigner, certs.UploadServerSigner, certs.UploadServerClientSigner, certs.CloneClientSigner}
 	leaves := map[string]struct {
 		signer string
 		cn     string
@@ -528,7 +528,7 @@ func TestCertificateRotation(t *testing.T) {
 		// Let the pass that rotated finish (leaves, injection) before reading.
 		time.Sleep(time.Second)
 		cur := checkChains()
-		t.Logf("rotation %d: all four signers replaced within %s, e.g. %s -> %s", round, time.Since(start).Round(100*time.Millisecond),
+		t.Logf("rotation %d: all five signers replaced within %s, e.g. %s -> %s", round, time.Since(start).Round(100*time.Millisecond),
 			prev[certs.APIServerSigner].Subject.CommonName, cur[certs.APIServerSigner].Subject.CommonName)
 		for _, name := range signers {
 			bundle := pemCerts(t, bundleOf(name))

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+	"github.com/kubefill/kubefill/pkg/certs"
 	"github.com/kubefill/kubefill/pkg/clone"
 	"github.com/kubefill/kubefill/pkg/controller"
 	"github.com/kubefill/kubefill/pkg/populators"
@@ -234,14 +235,20 @@ func TestCloneCopySameNamespace(t *testing.T) {
 		_ = k8sClient.Get(ctx, client.ObjectKeyFromObject(sourcePod), sourcePod)
 		return sourcePod.Annotations["kubefill.io/upload-address"] == upload.Status.PodIP+":8443"
 	})
-	secret, clientCA := &corev1.Secret{}, &corev1.Secret{}
+	secret, cloneCA, serving := &corev1.Secret{}, &corev1.Secret{}, &corev1.Secret{}
 	if err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: sourcePod.Name}, secret); err != nil {
 		t.Fatalf("client certificate Secret: %v", err)
 	}
-	if err := k8sClient.Get(ctx, types.NamespacedName{Namespace: installNS, Name: populators.UploadProxyClientCASecret}, clientCA); err != nil {
+	if err := k8sClient.Get(ctx, types.NamespacedName{Namespace: installNS, Name: certs.CloneClientSigner}, cloneCA); err != nil {
 		t.Fatal(err)
 	}
-	verifyChain(t, "the source pod's client certificate", secret.Data["tls.crt"], clientCA.Data["tls.crt"], x509.ExtKeyUsageClientAuth, "")
+	if err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: uploadName}, serving); err != nil {
+		t.Fatal(err)
+	}
+	// The clone's source pod has a certificate of the clone signer, which
+	// the clone's upload server trusts (and nothing else).
+	verifyChain(t, "the source pod's client certificate", secret.Data["tls.crt"], cloneCA.Data["tls.crt"], x509.ExtKeyUsageClientAuth, "")
+	verifyChain(t, "the source pod's client certificate", secret.Data["tls.crt"], serving.Data[populators.UploadClientCAKey], x509.ExtKeyUsageClientAuth, "")
 	if cn := parseCert(t, secret.Data["tls.crt"]).Subject.CommonName; cn != clientName {
 		t.Errorf("client certificate CN %q, want %q", cn, clientName)
 	}

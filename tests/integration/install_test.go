@@ -39,6 +39,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -326,16 +327,24 @@ func completeFill(t *testing.T, target *corev1.PersistentVolumeClaim, workerPod 
 		_ = k8sClient.Get(ctx, types.NamespacedName{Name: pv.Name}, pv)
 		return pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.UID == target.UID
 	})
-	if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(target), target); err != nil {
-		t.Fatal(err)
-	}
-	target.Spec.VolumeName = pv.Name
-	if err := k8sClient.Update(ctx, target); err != nil {
+	// The populator annotates the claim meanwhile: retry on a conflict.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(target), target); err != nil {
+			return err
+		}
+		target.Spec.VolumeName = pv.Name
+		return k8sClient.Update(ctx, target)
+	}); err != nil {
 		t.Fatalf("binding the claim: %v", err)
 	}
-	target.Status.Phase = corev1.ClaimBound
-	target.Status.Capacity = pv.Spec.Capacity
-	if err := k8sClient.Status().Update(ctx, target); err != nil {
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(target), target); err != nil {
+			return err
+		}
+		target.Status.Phase = corev1.ClaimBound
+		target.Status.Capacity = pv.Spec.Capacity
+		return k8sClient.Status().Update(ctx, target)
+	}); err != nil {
 		t.Fatalf("binding the claim: %v", err)
 	}
 	kit.Until(t, 30*time.Second, "the populator to finish (prime deleted, claim marked populated)", func() bool {

@@ -127,7 +127,7 @@ func TestUploadPopulator(t *testing.T) {
 			t.Fatalf("Secret %s: %v", key, err)
 		}
 	}
-	verifyChain(t, "the upload pod's serving certificate", serving.Data["tls.crt"], serverCA.Data["tls.crt"], x509.ExtKeyUsageServerAuth, populators.UploadServiceHost(name, ns))
+	verifyChain(t, "the upload pod's serving certificate", serving.Data["tls.crt"], serverCA.Data["tls.crt"], x509.ExtKeyUsageServerAuth, cdiv1.UploadServiceHost(ns, prime.Name))
 	verifyChain(t, "the proxy's client certificate", proxy.Data["tls.crt"], serving.Data["client-ca.crt"], x509.ExtKeyUsageClientAuth, "")
 	if string(proxy.Data["ca.crt"]) != string(serverCA.Data["tls.crt"]) || string(serving.Data["client-ca.crt"]) != string(clientCA.Data["tls.crt"]) {
 		t.Error("the proxy's ca.crt is not the upload-server CA, or the pod's client CA is not the proxy's")

@@ -58,11 +58,6 @@ func IsCompleted(pvc *corev1.PersistentVolumeClaim) bool {
 	return pvc.Annotations[AnnPodPhase] == string(corev1.PodSucceeded)
 }
 
-// UploadPodName is CDI's name of the upload pod that serves claimName (a
-// prime, or an in-place upload target); its Service and its serving
-// certificate's Secret have the same name.
-func UploadPodName(claimName string) string { return "cdi-upload-" + claimName }
-
 // ImporterPodName is CDI's name of the importer pod that fills claimName.
 func ImporterPodName(claimName string) string { return "importer-" + claimName }
 
