@@ -428,7 +428,7 @@ func TestTenancyUploadClientName(t *testing.T) {
 	for stolen == nil {
 		select {
 		case ev := <-secrets.ResultChan():
-			if s, ok := ev.Object.(*corev1.Secret); ok && ev.Type != watch.Deleted && s.Name == clone.SourcePodName(target.UID) && len(s.Data[corev1.TLSCertKey]) > 0 {
+			if s, ok := ev.Object.(*corev1.Secret); ok && ev.Type != watch.Deleted && isCloneClientSecret(s, target.UID) {
 				stolen = s.DeepCopy()
 			}
 		case <-timeout:
@@ -467,6 +467,21 @@ func TestTenancyUploadClientName(t *testing.T) {
 		t.Errorf("%s: B's upload DataVolume is %s, want still UploadReady", route, dv.Status.Phase)
 	}
 	noMarker(t, route, b, aMark, "A")
+}
+
+// isCloneClientSecret says whether s holds the client certificate of the
+// clone into the target of UID uid: the source pod's Secret, or any of the
+// clone's Secrets whose certificate is for clients only.
+func isCloneClientSecret(s *corev1.Secret, uid types.UID) bool {
+	if s.Name != clone.SourcePodName(uid) && s.Labels[cdiv1.LabelOwnedByUID] != string(uid) {
+		return false
+	}
+	blk, _ := pem.Decode(s.Data[corev1.TLSCertKey])
+	if blk == nil || len(s.Data[corev1.TLSPrivateKeyKey]) == 0 {
+		return false
+	}
+	c, err := x509.ParseCertificate(blk.Bytes)
+	return err == nil && slices.Contains(c.ExtKeyUsage, x509.ExtKeyUsageClientAuth) && !slices.Contains(c.ExtKeyUsage, x509.ExtKeyUsageServerAuth)
 }
 
 func parseCert(t *testing.T, pemBytes []byte) *x509.Certificate {
