@@ -133,6 +133,10 @@ func bindBuiltin(t *testing.T, ns, user, role string) {
 	}
 }
 
+// cloneSourcerRole is the non-aggregated role that grants cloning from a
+// namespace (manifests/install/aggregated-roles.yaml).
+const cloneSourcerRole = "cdi.kubevirt.io:clone-sourcer"
+
 func blankDataVolume(ns, name string) *cdiv1.DataVolume {
 	return &cdiv1.DataVolume{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -161,6 +165,7 @@ func TestAggregatedRoles(t *testing.T) {
 		{"edit", cdiv1.GroupName, "dataimportcrons", "delete"},
 		{"edit", uploadv1.SchemeGroupVersion.Group, "uploadtokenrequests", "create"},
 		{"edit", cdiv1.GroupName, "datavolumes/source", "create"},
+		{"admin", cdiv1.GroupName, "datavolumes/source", "create"},
 		{"view", cdiv1.GroupName, "datavolumes", "list"},
 		{"view", cdiv1.GroupName, "storageprofiles", "get"},
 	} {
@@ -173,11 +178,42 @@ func TestAggregatedRoles(t *testing.T) {
 		})
 	}
 
+	// view no longer carries the clone permission (CDI #4219), and
+	// clone-sourcer is aggregated into nothing: it counts only where an
+	// admin binds it.
+	view := &rbacv1.ClusterRole{}
+	if err := k8sClient.Get(ctx, client.ObjectKey{Name: "view"}, view); err != nil {
+		t.Fatal(err)
+	}
+	if hasRule(view, cdiv1.GroupName, "datavolumes/source", "create") {
+		t.Errorf("the built-in view role grants create datavolumes/source: a viewer of a namespace could clone its disks")
+	}
+	for _, name := range []string{"cdi.kubevirt.io:view", cloneSourcerRole} {
+		role := &rbacv1.ClusterRole{}
+		if err := k8sClient.Get(ctx, client.ObjectKey{Name: name}, role); err != nil {
+			t.Fatal(err)
+		}
+		if name == cloneSourcerRole {
+			if !hasRule(role, cdiv1.GroupName, "datavolumes/source", "create") || len(role.Rules) != 1 {
+				t.Errorf("%s: rules %+v, want only create datavolumes/source", name, role.Rules)
+			}
+			for k := range role.Labels {
+				if strings.HasPrefix(k, "rbac.authorization.k8s.io/aggregate-to-") {
+					t.Errorf("%s is aggregated (label %s)", name, k)
+				}
+			}
+		} else if hasRule(role, cdiv1.GroupName, "datavolumes/source", "create") {
+			t.Errorf("%s grants create datavolumes/source", name)
+		}
+	}
+
 	ns, src := newNamespace(t), newNamespace(t)
-	editor, viewer, stranger := "kf-editor", "kf-viewer", "kf-stranger"
+	editor, viewer, stranger, sourcer := "kf-editor", "kf-viewer", "kf-stranger", "kf-sourcer"
 	bindBuiltin(t, ns, editor, "edit")
 	bindBuiltin(t, src, editor, "view")
 	bindBuiltin(t, ns, viewer, "view")
+	bindBuiltin(t, ns, sourcer, "edit")
+	bindBuiltin(t, src, sourcer, cloneSourcerRole)
 
 	// The editor creates a DataVolume, as itself.
 	ed := asUser(t, editor)
@@ -192,18 +228,33 @@ func TestAggregatedRoles(t *testing.T) {
 	if canI(t, editor, src, "create", uploadv1.SchemeGroupVersion.Group, "uploadtokenrequests", "") {
 		t.Errorf("editor may create uploadtokenrequests in %s, where it is only a viewer", src)
 	}
-	// Cloning from src: the same check the DataVolume webhook makes.
+	// Cloning from src: the same check the DataVolume webhook makes. A
+	// viewer of src may not (view reads objects, not the disks' bytes), a
+	// user bound to clone-sourcer there may, and so may an editor of src.
 	authz := cloneauth.Authorizer{Client: k8sClient}
 	cloneFrom := cloneauth.Source{Resource: token.ResourcePVC, Namespace: src, Name: "golden"}
 	ok, msg, err := authz.Authorize(ctx, userInfo(editor), cloneFrom)
-	if err != nil || !ok {
-		t.Errorf("editor (view in %s) may not clone from it: %v %s", src, err, msg)
+	if err != nil || ok {
+		t.Errorf("editor (only view in %s) may clone from it (allowed %v, err %v)", src, ok, err)
+	} else if !strings.Contains(msg, "datavolumes/source") || !strings.Contains(msg, src) {
+		t.Errorf("refusal message %q does not name datavolumes/source in %s", msg, src)
 	}
 	ok, msg, err = authz.Authorize(ctx, userInfo(stranger), cloneFrom)
 	if err != nil || ok {
 		t.Errorf("a user with no role in %s may clone from it (allowed %v, err %v)", src, ok, err)
 	} else if !strings.Contains(msg, "datavolumes/source") {
 		t.Errorf("refusal message %q does not name datavolumes/source", msg)
+	}
+	if ok, msg, err = authz.Authorize(ctx, userInfo(sourcer), cloneFrom); err != nil || !ok {
+		t.Errorf("a user bound to %s in %s may not clone from it: %v %s", cloneSourcerRole, src, err, msg)
+	}
+	if !canI(t, sourcer, src, "create", cdiv1.GroupName, "datavolumes", "source") || canI(t, sourcer, src, "get", cdiv1.GroupName, "datavolumes", "") {
+		t.Errorf("%s in %s grants more or less than create datavolumes/source", cloneSourcerRole, src)
+	}
+	srcEditor := "kf-src-editor"
+	bindBuiltin(t, src, srcEditor, "edit")
+	if ok, msg, err = authz.Authorize(ctx, userInfo(srcEditor), cloneFrom); err != nil || !ok {
+		t.Errorf("an editor of %s may not clone from it: %v %s", src, err, msg)
 	}
 
 	// The viewer reads but does not write.
