@@ -27,7 +27,7 @@ import (
 	"github.com/kubefill/kubefill/tests/kit"
 )
 
-const cloneSourcerRole = "kubefill-test-clone-sourcer"
+const testCloneSourcerRole = "kubefill-test-clone-sourcer"
 
 // grantCloneSource binds ServiceAccount saNS/sa, in namespace ns, to a
 // ClusterRole with create on datavolumes/source (what
@@ -35,14 +35,14 @@ const cloneSourcerRole = "kubefill-test-clone-sourcer"
 func grantCloneSource(t *testing.T, c client.Client, ns, saNS, sa string) (revoke func(*testing.T)) {
 	t.Helper()
 	ctx := context.Background()
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: cloneSourcerRole},
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: testCloneSourcerRole},
 		Rules: []rbacv1.PolicyRule{{APIGroups: []string{cdiv1.GroupName}, Resources: []string{"datavolumes/source"}, Verbs: []string{"create"}}}}
 	if err := c.Create(ctx, role); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	rb := &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "clone-sourcer-" + saNS + "-" + sa},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: cloneSourcerRole},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: testCloneSourcerRole},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: saNS, Name: sa}},
 	}
 	if err := c.Create(ctx, rb); err != nil {
