@@ -67,6 +67,20 @@ type Payload struct {
 	Namespace string                      `json:"namespace,omitempty"`
 	Resource  metav1.GroupVersionResource `json:"resource,omitempty"`
 	Params    map[string]string           `json:"params,omitempty"`
+	// Requester is who the clone was authorised for, recorded by the
+	// DataVolume webhook, so that the controller can authorise the same
+	// user again when the source a DataVolume resolves to changes. A field
+	// of Kubefill's: CDI's validators ignore it, and upload tokens omit it.
+	Requester *Requester `json:"requester,omitempty"`
+}
+
+// Requester is the identity a clone token was issued for, as
+// kube-apiserver described it in the AdmissionReview.
+type Requester struct {
+	Username string              `json:"username"`
+	UID      string              `json:"uid,omitempty"`
+	Groups   []string            `json:"groups,omitempty"`
+	Extra    map[string][]string `json:"extra,omitempty"`
 }
 
 // Well-known resources named in tokens.
