@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -103,12 +104,18 @@ type DataVolumeMutator struct {
 	ControllerUser string
 }
 
+// cloneTokenKeys are the annotations that carry clone authority: only this
+// webhook (the short token, at creation) and the controller (the extended
+// token) set them, so whatever a request brings is removed.
+var cloneTokenKeys = []string{cdiv1.AnnCloneToken, cdiv1.AnnExtendedCloneToken}
+
 // Admit implements AdmitFunc.
 func (m *DataVolumeMutator) Admit(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	if req.Kind.Group != cdiv1.GroupName || req.Kind.Kind != "DataVolume" {
 		return badRequest(fmt.Sprintf("this webhook mutates DataVolumes, not %s", req.Kind.String()))
 	}
-	// The token is issued once, when the DataVolume is created.
+	// The token is issued once, when the DataVolume is created; the
+	// validating webhook keeps it from changing afterwards.
 	if req.Operation != admissionv1.Create {
 		return allowed()
 	}
@@ -119,8 +126,12 @@ func (m *DataVolumeMutator) Admit(ctx context.Context, req *admissionv1.Admissio
 	if dv.Namespace == "" {
 		dv.Namespace = req.Namespace
 	}
+	// A clone token the request brings (one answered to a forged review,
+	// or copied from another DataVolume) is never admitted: it is removed
+	// before anything is decided, and a clone gets a token of its own.
+	stripped := strippedTokens(dv.Annotations)
 	if dv.DeletionTimestamp != nil {
-		return allowed()
+		return annotationResponse(dv.Annotations, nil, stripped)
 	}
 	targetName := dv.Name
 	if targetName == "" {
@@ -131,7 +142,7 @@ func (m *DataVolumeMutator) Admit(ctx context.Context, req *admissionv1.Admissio
 		if dv.Spec.Source != nil && (dv.Spec.Source.PVC != nil || dv.Spec.Source.Snapshot != nil) || dv.Spec.SourceRef != nil {
 			return badRequest("a cloning DataVolume needs metadata.name; generateName is not supported because the clone token names its target")
 		}
-		return allowed()
+		return annotationResponse(dv.Annotations, nil, stripped)
 	}
 	src, err := ResolveCloneSource(ctx, &dv, func(ctx context.Context, ns, name string) (*cdiv1.DataSource, error) {
 		var ds cdiv1.DataSource
@@ -149,31 +160,78 @@ func (m *DataVolumeMutator) Admit(ctx context.Context, req *admissionv1.Admissio
 		return badRequest(err.Error())
 	}
 	if src == nil {
-		_, had := dv.Annotations[cdiv1.AnnCloneToken]
-		if had {
-			// A token on a non-clone is meaningless; drop it rather than keep a stray credential.
-			return patchResponse(removeAnnotationPatch(cdiv1.AnnCloneToken))
-		}
-		return allowed()
+		// A token on a non-clone is meaningless; drop it rather than keep a stray credential.
+		return annotationResponse(dv.Annotations, nil, stripped)
 	}
 	if src.Name == "" {
 		return badRequest("the clone source names no object")
 	}
 	// Unlike CDI, which skips the check within one namespace, the review runs
 	// for same-namespace clones too: creating a DataVolume must not become a
-	// way to read a claim one could not otherwise mount.
-	_, ok, reason, err := m.authorizeClone(ctx, req, &dv, *src)
+	// way to read a claim one could not otherwise mount. requester is who
+	// the clone was authorised for (the user, or a DataImportCron's
+	// ServiceAccount for the controller's imports), and whom the token
+	// records, so that the controller can authorise the same identity again
+	// if the source a sourceRef resolves to changes.
+	requester, ok, reason, err := m.authorizeClone(ctx, req, &dv, *src)
 	if err != nil {
 		return internalError(err)
 	}
 	if !ok {
 		return forbidden(reason)
 	}
-	tok, err := m.Tokens.Generate(token.NewClonePayload(src.Resource, src.Namespace, src.Name, dv.Namespace, targetName))
+	payload := token.WithRequester(token.NewClonePayload(src.Resource, src.Namespace, src.Name, dv.Namespace, targetName), token.RequesterOf(requester))
+	tok, err := m.Tokens.Generate(payload)
 	if err != nil {
 		return internalError(fmt.Errorf("generating clone token: %w", err))
 	}
-	return patchResponse(setAnnotationPatch(dv.Annotations, cdiv1.AnnCloneToken, tok))
+	return annotationResponse(dv.Annotations, map[string]string{cdiv1.AnnCloneToken: tok}, stripped)
+}
+
+// strippedTokens are the clone token annotations present in ann, in
+// cloneTokenKeys' order. Pure.
+func strippedTokens(ann map[string]string) []string {
+	var out []string
+	for _, k := range cloneTokenKeys {
+		if _, ok := ann[k]; ok {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// annotationResponse allows the object with set added to (or replacing in)
+// its annotations current and the keys remove removed; with nothing to
+// change it allows it unpatched.
+func annotationResponse(current, set map[string]string, remove []string) *admissionv1.AdmissionResponse {
+	ops := annotationPatch(current, set, remove)
+	if len(ops) == 0 {
+		return allowed()
+	}
+	return patchResponse(ops)
+}
+
+// annotationPatch is the JSON patch that sets set and removes remove
+// (keys of current; a key also in set is replaced, not removed). Pure.
+func annotationPatch(current, set map[string]string, remove []string) []patchOp {
+	var ops []patchOp
+	for _, k := range remove {
+		if _, replaced := set[k]; !replaced {
+			ops = append(ops, removeAnnotationPatch(k)...)
+		}
+	}
+	keys := make([]string, 0, len(set))
+	for k := range set {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	if current == nil && len(set) > 0 {
+		return append(ops, patchOp{Op: "add", Path: "/metadata/annotations", Value: set})
+	}
+	for _, k := range keys {
+		ops = append(ops, setAnnotationPatch(current, k, set[k])...)
+	}
+	return ops
 }
 
 type patchOp struct {

@@ -378,10 +378,45 @@ func ValidateDataVolumeUpdate(dv, old *cdiv1.DataVolume) field.ErrorList {
 	return field.ErrorList{field.Forbidden(field.NewPath("spec"), "the spec of a DataVolume cannot change after creation (only checkpoints and finalCheckpoint of a multi-stage import may)")}
 }
 
+// ValidateCloneTokenUpdate refuses, on an update of a DataVolume by user,
+// a change to its clone tokens: the short token is the mutating webhook's
+// at creation and never changes (the controller never writes it); the
+// extended token is the controller's, controllerUser, alone. A token set
+// after admission would otherwise make the controller clone a source
+// nobody authorised for this DataVolume. Removing the extended token is
+// a change like any other. Pure.
+func ValidateCloneTokenUpdate(dv, old *cdiv1.DataVolume, user, controllerUser string) field.ErrorList {
+	var errs field.ErrorList
+	ann := field.NewPath("metadata", "annotations")
+	changed := func(key string) bool {
+		a, inNew := dv.Annotations[key]
+		b, inOld := old.Annotations[key]
+		return a != b || inNew != inOld
+	}
+	if changed(cdiv1.AnnCloneToken) {
+		errs = append(errs, field.Forbidden(ann.Key(cdiv1.AnnCloneToken),
+			"the clone token is set once, by the DataVolume webhook when the DataVolume is created, for the user who creates it, and cannot be set, changed or removed afterwards; "+
+				"to clone another source, create a new DataVolume"))
+	}
+	if changed(cdiv1.AnnExtendedCloneToken) && (controllerUser == "" || user != controllerUser) {
+		who := "the Kubefill controller"
+		if controllerUser != "" {
+			who += " (" + controllerUser + ")"
+		}
+		errs = append(errs, field.Forbidden(ann.Key(cdiv1.AnnExtendedCloneToken),
+			fmt.Sprintf("only %s sets the extended clone token, after it checked the DataVolume's clone token; user %q may not set, change or remove it", who, user)))
+	}
+	return errs
+}
+
 // DataVolumeValidator is the validating webhook for DataVolumes.
 type DataVolumeValidator struct {
 	// Client reads PVCs (may be nil to skip the existing-claim check).
 	Client client.Reader
+	// ControllerUser is the user name of `kubefill controller`, the only
+	// identity that may change a DataVolume's extended clone token (empty:
+	// nobody may).
+	ControllerUser string
 }
 
 // Admit implements AdmitFunc.
@@ -405,7 +440,9 @@ func (v *DataVolumeValidator) Admit(ctx context.Context, req *admissionv1.Admiss
 		if err := json.Unmarshal(req.OldObject.Raw, &old); err != nil {
 			return badRequest("cannot decode the old DataVolume: " + err.Error())
 		}
-		if errs := ValidateDataVolumeUpdate(&dv, &old); len(errs) > 0 {
+		errs := ValidateDataVolumeUpdate(&dv, &old)
+		errs = append(errs, ValidateCloneTokenUpdate(&dv, &old, req.UserInfo.Username, v.ControllerUser)...)
+		if len(errs) > 0 {
 			return denied("DataVolume", name, errs)
 		}
 		// An unchanged spec was valid when it was created; rules added since
