@@ -29,7 +29,7 @@ func TestAPIServerCommandRejectsBadFlags(t *testing.T) {
 		})
 	}
 	flags := newAPIServerCommand().Flags()
-	for _, f := range []string{"kubeconfig", "secure-port", "tls-cert-file", "tls-private-key-file", "install-namespace", "token-lifetime", "signing-key-secret", "controller-user"} {
+	for _, f := range []string{"kubeconfig", "secure-port", "tls-cert-file", "tls-private-key-file", "install-namespace", "token-lifetime", "signing-key-secret", "controller-user", "webhook-client-names"} {
 		if flags.Lookup(f) == nil {
 			t.Errorf("flag --%s missing", f)
 		}
@@ -39,5 +39,10 @@ func TestAPIServerCommandRejectsBadFlags(t *testing.T) {
 	}
 	if d := flags.Lookup("token-lifetime").DefValue; d != "5m0s" {
 		t.Errorf("--token-lifetime default %s, want 5m0s (CDI's)", d)
+	}
+	// Webhook caller authentication is opt-in: a CDI cluster's
+	// kube-apiserver presents no client certificate to webhooks.
+	if d := flags.Lookup("webhook-client-names").DefValue; d != "[]" {
+		t.Errorf("--webhook-client-names default %s, want none (off)", d)
 	}
 }

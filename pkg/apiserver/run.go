@@ -34,9 +34,14 @@ type RunOptions struct {
 	AuthConfigTimeout time.Duration
 	// SigningKeyMaxAge > 0 rotates the signing key once it is that old.
 	SigningKeyMaxAge time.Duration
-	// ControllerUser is the controller's username; empty is
-	// admission.DefaultControllerUser(InstallNamespace).
+	// ControllerUser is the user name of `kubefill controller`: the only
+	// identity that may change a DataVolume's extended clone token, and
+	// whose clone DataVolumes are authorised for their DataImportCron's
+	// ServiceAccount; empty is admission.DefaultControllerUser(InstallNamespace).
 	ControllerUser string
+	// WebhookClientNames, when set, limits the webhook paths to callers
+	// with a client certificate of one of these common names (Config).
+	WebhookClientNames []string
 }
 
 // NewScheme knows the core types and Kubefill's API.
@@ -105,11 +110,14 @@ func Run(ctx context.Context, restCfg *rest.Config, opts RunOptions) error {
 	webhooks := map[string]http.Handler{}
 	if !opts.DisableWebhooks {
 		cloneTokens := token.NewDynamicGenerator(token.CloneTokenIssuer, ks.PrivateKey, opts.CloneTokenTTL)
-		webhooks[admission.PathDataVolumeValidate] = admission.Handler("datavolume-validate", (&admission.DataVolumeValidator{Client: cl}).Admit)
+		webhooks[admission.PathDataVolumeValidate] = admission.Handler("datavolume-validate", (&admission.DataVolumeValidator{Client: cl, ControllerUser: opts.ControllerUser}).Admit)
 		webhooks[admission.PathDataVolumeMutate] = admission.Handler("datavolume-mutate", (&admission.DataVolumeMutator{Client: cl, Tokens: cloneTokens, ControllerUser: opts.ControllerUser}).Admit)
 		webhooks[admission.PathPopulatorValidate] = admission.Handler("populator-validate", admission.AdmitPopulator)
 		webhooks[admission.PathCDIValidate] = admission.Handler("cdi-validate", (&admission.CDIValidator{Client: cl}).Admit)
 		webhooks[admission.PathDataImportCronValidate] = admission.Handler("dataimportcron-validate", (&admission.DataImportCronValidator{Client: cl}).Admit)
+	}
+	if len(opts.WebhookClientNames) > 0 {
+		log.Info("admission webhooks answer only kube-apiserver's client certificate", "names", opts.WebhookClientNames)
 	}
 	srv, err := NewServer(Config{
 		Kube:         kube,
@@ -117,6 +125,9 @@ func Run(ctx context.Context, restCfg *rest.Config, opts RunOptions) error {
 		Authorizer:   SARAuthorizer{Client: kube},
 		UploadTokens: token.NewDynamicGenerator(token.UploadTokenIssuer, ks.PrivateKey, opts.UploadTokenTTL),
 		Webhooks:     webhooks,
+		// Off by default, so that a cluster whose kube-apiserver presents
+		// no client certificate to webhooks (CDI needs none) keeps working.
+		WebhookClientNames: opts.WebhookClientNames,
 		Ready: func() error {
 			_, err := ks.PrivateKey()
 			return err

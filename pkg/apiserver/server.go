@@ -34,6 +34,13 @@ type Config struct {
 	UploadTokens token.Generator
 	// Webhooks maps a path such as /datavolume-validate to its handler.
 	Webhooks map[string]http.Handler
+	// WebhookClientNames, when not empty, admits to the webhook paths only
+	// a caller with a client certificate that chains to the client CA or
+	// the request-header CA of Auth and whose common name is one of these:
+	// kube-apiserver, configured to present it (an AdmissionConfiguration
+	// kubeconfig). Empty: anyone who reaches the port may call them, as
+	// with CDI.
+	WebhookClientNames []string
 	// Ready reports readiness beyond "authentication configuration loaded".
 	Ready func() error
 }
@@ -75,6 +82,9 @@ func NewServer(cfg Config) (*Server, error) {
 	s.container.Add(misc)
 
 	for path, h := range cfg.Webhooks {
+		if len(cfg.WebhookClientNames) > 0 {
+			h = s.requireWebhookClient(h)
+		}
 		s.container.Handle(path, h)
 	}
 	return s, nil
