@@ -37,36 +37,44 @@ func refusalPrefix(target *corev1.PersistentVolumeClaim) string {
 
 // checkToken checks the target's clone token for a clone from its source
 // namespace into it, and, with source, from that very source. It returns
-// why it refuses, or "". The extended token (issuer cdi-deployment) is
-// preferred when present, else the short one (issuer cdi-apiserver), as
-// CDI does.
+// why it refuses, or "". On a claim only the extended token counts (issuer
+// cdi-deployment), which the DataVolume controller mints after its own
+// check, bound to the claim's UID: the short token of the DataVolume
+// webhook (issuer cdi-apiserver) is a bearer credential anyone who may read
+// the DataVolume sees, and CDI's acceptance of it on a bare claim let it be
+// replayed onto a claim of the same name.
 func (k *Kind) checkToken(target *corev1.PersistentVolumeClaim, source *corev1.TypedLocalObjectReference) string {
-	validator, value, what := k.ExtendedTokens, target.Annotations[cdiv1.AnnExtendedCloneToken], "extended clone token"
-	if value == "" {
-		validator, value, what = k.CloneTokens, target.Annotations[cdiv1.AnnCloneToken], "clone token"
-	}
+	const what = "extended clone token"
+	value := target.Annotations[cdiv1.AnnExtendedCloneToken]
 	refuse := func(format string, args ...any) string {
 		return refusalPrefix(target) + ": " + fmt.Sprintf(format, args...)
 	}
 	if value == "" {
-		return refuse("no clone token; a clone from another namespace needs annotation %s (the DataVolume webhook sets it for a user allowed to clone the source) or %s",
-			cdiv1.AnnCloneToken, cdiv1.AnnExtendedCloneToken)
+		if dv := metav1.GetControllerOf(target); dv != nil && dv.Kind == "DataVolume" {
+			// The DataVolume controller adds it just after it creates the
+			// claim (the token names the claim's UID, unknown before): a
+			// short wait, and the annotation brings the claim back.
+			return refuse("waiting for the %s bound to this claim, which DataVolume %s adds once it has checked its own clone token", what, dv.Name)
+		}
+		hint := ""
+		if target.Annotations[cdiv1.AnnCloneToken] != "" {
+			hint = fmt.Sprintf(" (its %s is not accepted on a claim: it is the DataVolume webhook's, for a DataVolume)", cdiv1.AnnCloneToken)
+		}
+		return refuse("no %s (%s)%s; clone from another namespace with a DataVolume, whose controller adds that token after checking the clone is authorised, "+
+			"or name the source namespace in spec.dataSourceRef.namespace and have a ReferenceGrant there allow it", what, cdiv1.AnnExtendedCloneToken, hint)
 	}
-	if validator == nil {
+	if k.ExtendedTokens == nil {
 		return refuse("this controller has no key to check the %s with", what)
 	}
-	p, err := validator.Validate(value)
+	p, err := k.ExtendedTokens.Validate(value)
 	if err != nil {
 		if errors.Is(err, token.ErrClaims) && strings.Contains(err.Error(), "expired") {
-			if dv := metav1.GetControllerOf(target); dv != nil && dv.Kind == "DataVolume" && what == "clone token" {
-				// The DataVolume controller adds the extended token just
-				// after it creates the claim: this wait is short, and the
-				// annotation brings the claim back.
-				return refuse("the short clone token has expired and the claim has no extended clone token yet; DataVolume %s adds it", dv.Name)
-			}
 			return refuse("the %s has expired; create the clone again to get a new one", what)
 		}
 		return refuse("the %s is not valid: %v", what, err)
+	}
+	if p.Params[token.ParamUID] == "" {
+		return refuse("the %s is bound to no claim (it has no uid)", what)
 	}
 	return tokenMismatch(p, target, source, what, refuse)
 }

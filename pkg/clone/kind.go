@@ -40,10 +40,10 @@ type Kind struct {
 	// Image is the container image holding the kubefill binary.
 	Image      string
 	PullPolicy corev1.PullPolicy
-	// CloneTokens validates the short clone token (issuer cdi-apiserver),
-	// ExtendedTokens the extended one (issuer cdi-deployment). nil refuses
-	// every token of that kind.
-	CloneTokens, ExtendedTokens token.Validator
+	// ExtendedTokens validates the extended clone token (issuer
+	// cdi-deployment), the only one accepted on a claim. nil refuses every
+	// cross-namespace clone authorised by a token.
+	ExtendedTokens token.Validator
 	// Grants decides for a claim whose dataSourceRef itself names another
 	// namespace (no cdi.kubevirt.io/dataSourceNamespace): a ReferenceGrant
 	// must allow it. nil refuses those.

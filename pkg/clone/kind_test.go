@@ -189,30 +189,54 @@ func TestClaimsOf(t *testing.T) {
 	}
 }
 
-// An expired short token on a DataVolume's claim, before the DataVolume
-// controller has added the extended one, is a short wait, said as such;
-// on any other claim it is final.
-func TestCheckTokenExpired(t *testing.T) {
+// On a claim only the extended token, bound to the claim's UID, counts: a
+// short token (valid or not) is never accepted; a DataVolume's claim
+// without the extended token yet waits for its DataVolume to add it, said
+// as such; an expired or unbound extended token is final.
+func TestCheckTokenOnClaims(t *testing.T) {
 	key, err := token.GenerateKey()
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := token.NewGeneratorAt(token.CloneTokenIssuer, key, time.Minute, func() time.Time { return time.Now().Add(-time.Hour) })
-	expired, err := old.Generate(token.NewClonePayload(token.ResourcePVC, "golden", "src", "vms", "disk"))
-	if err != nil {
-		t.Fatal(err)
+	payload := token.NewClonePayload(token.ResourcePVC, "golden", "src", "vms", "disk")
+	sign := func(issuer string, p *token.Payload, at time.Time) string {
+		t.Helper()
+		s, err := token.NewGeneratorAt(issuer, key, time.Minute, func() time.Time { return at }).Generate(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
 	}
-	k := &Kind{CloneTokens: token.NewValidator(token.CloneTokenIssuer, &key.PublicKey, 0)}
-	target := func(owners ...metav1.OwnerReference) *corev1.PersistentVolumeClaim {
-		return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: "disk", UID: "u-1", OwnerReferences: owners,
-			Annotations: map[string]string{cdiv1.AnnDataSourceNamespace: "golden", cdiv1.AnnCloneToken: expired}},
-			Spec: corev1.PersistentVolumeClaimSpec{DataSourceRef: &corev1.TypedObjectReference{APIGroup: ptr.To(cdiv1.GroupName), Kind: cdiv1.VolumeCloneSourceRef, Name: "vcs"}}}
-	}
-	if got := k.checkToken(target(), nil); !strings.Contains(got, "has expired; create the clone again") {
-		t.Errorf("a bare claim: %q", got)
-	}
+	now := time.Now()
+	validShort := sign(token.CloneTokenIssuer, payload, now)
+	k := &Kind{ExtendedTokens: token.NewValidator(token.ExtendedCloneTokenIssuer, &key.PublicKey, 0)}
 	dv := metav1.OwnerReference{APIVersion: cdiv1.SchemeGroupVersion.String(), Kind: "DataVolume", Name: "disk", UID: "dv-1", Controller: ptr.To(true)}
-	if got := k.checkToken(target(dv), nil); !strings.Contains(got, "no extended clone token yet; DataVolume disk adds it") {
-		t.Errorf("a DataVolume's claim: %q", got)
+	for _, c := range []struct {
+		name   string
+		ann    map[string]string
+		owners []metav1.OwnerReference
+		want   string
+	}{
+		{"bare claim, valid short token", map[string]string{cdiv1.AnnCloneToken: validShort}, nil, "is not accepted on a claim"},
+		{"bare claim, no token", nil, nil, "ReferenceGrant"},
+		{"DataVolume's claim before its extended token", map[string]string{cdiv1.AnnCloneToken: validShort}, []metav1.OwnerReference{dv}, "waiting for the extended clone token bound to this claim, which DataVolume disk adds"},
+		{"a short token in the extended annotation", map[string]string{cdiv1.AnnExtendedCloneToken: validShort}, nil, "not valid"},
+		{"extended, expired", map[string]string{cdiv1.AnnExtendedCloneToken: sign(token.ExtendedCloneTokenIssuer, token.WithUID(payload, "u-1"), now.Add(-time.Hour))}, nil, "has expired; create the clone again"},
+		{"extended, bound to no claim", map[string]string{cdiv1.AnnExtendedCloneToken: sign(token.ExtendedCloneTokenIssuer, payload, now)}, nil, "bound to no claim"},
+		{"extended, bound to another claim", map[string]string{cdiv1.AnnExtendedCloneToken: sign(token.ExtendedCloneTokenIssuer, token.WithUID(payload, "u-2"), now)}, nil, "UID u-2"},
+		{"extended, bound to this claim", map[string]string{cdiv1.AnnExtendedCloneToken: sign(token.ExtendedCloneTokenIssuer, token.WithUID(payload, "u-1"), now)}, nil, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ann := map[string]string{cdiv1.AnnDataSourceNamespace: "golden"}
+			for k, v := range c.ann {
+				ann[k] = v
+			}
+			target := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: "disk", UID: "u-1", OwnerReferences: c.owners, Annotations: ann},
+				Spec: corev1.PersistentVolumeClaimSpec{DataSourceRef: &corev1.TypedObjectReference{APIGroup: ptr.To(cdiv1.GroupName), Kind: cdiv1.VolumeCloneSourceRef, Name: "vcs"}}}
+			got := k.checkToken(target, nil)
+			if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+				t.Errorf("%q, want %q", got, c.want)
+			}
+		})
 	}
 }

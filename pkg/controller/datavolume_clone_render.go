@@ -39,6 +39,14 @@ func (s CloneSource) word() string {
 	return "pvc"
 }
 
+// kind is the source's Kubernetes kind, for messages.
+func (s CloneSource) kind() string {
+	if s.Snapshot {
+		return "VolumeSnapshot"
+	}
+	return "PersistentVolumeClaim"
+}
+
 // Resource is the source's resource as clone tokens name it.
 func (s CloneSource) Resource() metav1.GroupVersionResource {
 	if s.Snapshot {
@@ -196,7 +204,10 @@ func RenderCloneClaimSpec(dv *cdiv1.DataVolume, profile *cdiv1.StorageProfile, s
 
 // CloneClaimAnnotations are the annotations of a clone's claim on top of
 // claimAnnotations: permissiveClone, and for a clone from another namespace
-// the source's namespace and the DataVolume's short token.
+// the source's namespace. Unlike CDI, the DataVolume's short token is not
+// copied: the populator accepts on a claim only the extended token bound
+// to the claim's UID, which annotateClaimToken adds once the claim exists,
+// so a copy would only spread a bearer credential.
 func CloneClaimAnnotations(dv *cdiv1.DataVolume, src CloneSource) map[string]string {
 	ann := claimAnnotations(dv)
 	if v, ok := dv.Annotations[cdiv1.AnnPermissiveClone]; ok {
@@ -204,9 +215,6 @@ func CloneClaimAnnotations(dv *cdiv1.DataVolume, src CloneSource) map[string]str
 	}
 	if src.Namespace != dv.Namespace {
 		ann[cdiv1.AnnDataSourceNamespace] = src.Namespace
-		if t := dv.Annotations[cdiv1.AnnCloneToken]; t != "" {
-			ann[cdiv1.AnnCloneToken] = t
-		}
 	}
 	return ann
 }

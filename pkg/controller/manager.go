@@ -164,7 +164,7 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
 		}
 	}
 	cloneKind := &clone.Kind{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: installNS,
-		Image: opts.WorkerImage, PullPolicy: opts.WorkerPullPolicy, CloneTokens: tokens.short, ExtendedTokens: tokens.extended,
+		Image: opts.WorkerImage, PullPolicy: opts.WorkerPullPolicy, ExtendedTokens: tokens.extended,
 		Grants: &populators.GrantChecker{Reader: mgr.GetAPIReader()}, Snapshots: snapshots}
 	kinds := populatorKinds(mgr.GetClient(), opts, uploadKind, cloneKind)
 	var kindNames []string
