@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v6/apis/volumesnapshot/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -21,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+	"github.com/kubefill/kubefill/pkg/cloneauth"
 	"github.com/kubefill/kubefill/pkg/populators"
 	"github.com/kubefill/kubefill/pkg/storage"
 	"github.com/kubefill/kubefill/pkg/token"
@@ -43,6 +45,13 @@ type DataVolumeReconciler struct {
 	ExtendedTokens token.Generator
 	// ExtendedTokenValidator validates extended clone tokens (issuer cdi-deployment).
 	ExtendedTokenValidator token.Validator
+	// Authorizer runs a clone's SubjectAccessReviews again, for the user
+	// its clone token records, when its sourceRef comes to resolve to
+	// another source than the token names; nil uses
+	// cloneauth.Authorizer{Client}.
+	Authorizer interface {
+		Authorize(ctx context.Context, user authenticationv1.UserInfo, src cloneauth.Source) (bool, string, error)
+	}
 	// Reader reads what a clone only looks at, DataSources, VolumeSnapshots
 	// and their contents, without a cache (and so without list and watch
 	// permissions on them); SetupWithManager makes it the manager's API

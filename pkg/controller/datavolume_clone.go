@@ -26,6 +26,7 @@ import (
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 	"github.com/kubefill/kubefill/pkg/clone"
+	"github.com/kubefill/kubefill/pkg/cloneauth"
 	"github.com/kubefill/kubefill/pkg/token"
 )
 
@@ -46,7 +47,18 @@ const (
 	// reasonWaitForFirstConsumer: the claim's class binds on first consumer
 	// and no pod uses the claim yet.
 	reasonWaitForFirstConsumer = "WaitForFirstConsumer"
+	// reasonSourceNotAuthorized: the sourceRef now resolves to a source
+	// the user the clone token names may not clone (the populator's word
+	// for a refused source too).
+	reasonSourceNotAuthorized = "SourceNotAuthorized"
+	// reasonCloneReauthorized: the sourceRef now resolves to another
+	// source, which that user may clone.
+	reasonCloneReauthorized = "CloneSourceReauthorized"
 )
+
+// notAuthorizedRetry is how often a clone refused for its new source asks
+// again (a RoleBinding may be added; nothing watches RBAC).
+const notAuthorizedRetry = 30 * time.Second
 
 // withConsumerWait says in a clone's view why it has not started when its
 // claim waits for a first consumer: the populator does not start before a
@@ -78,13 +90,18 @@ func (r *DataVolumeReconciler) tokenNotMinted(dv *cdiv1.DataVolume, src CloneSou
 // wait is a ClaimView for a clone that cannot go on yet: Running says why,
 // an event says it once, and the DataVolume is looked at again soon.
 func (r *DataVolumeReconciler) wait(dv *cdiv1.DataVolume, eventType, reason, msg string, src *CloneSource) ClaimView {
+	return r.waitFor(dv, eventType, reason, msg, src, cloneRetry)
+}
+
+// waitFor is wait, looking again after retry.
+func (r *DataVolumeReconciler) waitFor(dv *cdiv1.DataVolume, eventType, reason, msg string, src *CloneSource, retry time.Duration) ClaimView {
 	for _, c := range dv.Status.Conditions {
 		if c.Type == cdiv1.DataVolumeRunning && c.Reason == reason && c.Message == msg {
-			return ClaimView{Problem: msg, ProblemReason: reason, RetryAfter: cloneRetry, CloneSource: src}
+			return ClaimView{Problem: msg, ProblemReason: reason, RetryAfter: retry, CloneSource: src}
 		}
 	}
 	r.event(dv, eventType, reason, "Clone", msg)
-	return ClaimView{Problem: msg, ProblemReason: reason, RetryAfter: cloneRetry, CloneSource: src}
+	return ClaimView{Problem: msg, ProblemReason: reason, RetryAfter: retry, CloneSource: src}
 }
 
 // resolveCloneSource is the DataVolume's source, following a sourceRef to
@@ -131,24 +148,54 @@ func (r *DataVolumeReconciler) resolveCloneSource(ctx context.Context, dv *cdiv1
 	}
 }
 
-// ensureExtendedToken gives a cross-namespace clone DataVolume its extended
-// token, bound to its UID, before anything else: the short token lasts
-// minutes, the source may come much later (CDI issue #2777). stop says to
-// return: the DataVolume was annotated (the update brings it back), or the
-// clone is not authorised and view says why.
-func (r *DataVolumeReconciler) ensureExtendedToken(ctx context.Context, dv *cdiv1.DataVolume, src CloneSource) (view ClaimView, stop bool, err error) {
+// authorizeClone makes sure the DataVolume's extended token, bound to its
+// UID, covers src, the source resolved now, before anything else is done
+// for the clone: the short token lasts minutes, the source may come much
+// later (CDI issue #2777). required (a clone from another namespace) says a
+// token is needed at all; a clone within the DataVolume's namespace needs
+// none, but one that carries a valid token is held to it, so that a
+// sourceRef re-pointed within the namespace is authorised too.
+//
+// When src is not the source the token names (a sourceRef DataSource
+// re-pointed after admission), the clone's SubjectAccessReviews run again,
+// for the user the token records, against src: allowed, a new extended
+// token naming src is minted (and a Normal event says so); refused, the
+// clone waits with a Running condition and a Warning event naming the
+// missing permission. A DataVolume never clones a source nobody authorised
+// for it. stop says to return: the DataVolume was annotated (the update
+// brings it back), or view says why the clone waits.
+func (r *DataVolumeReconciler) authorizeClone(ctx context.Context, dv *cdiv1.DataVolume, src CloneSource, required bool) (view ClaimView, stop bool, err error) {
 	if _, err := r.dataVolumeTokenPayload(dv, src); err == nil {
 		return ClaimView{}, false, nil
 	}
 	if r.CloneTokens == nil || r.ExtendedTokens == nil {
+		if !required {
+			return ClaimView{}, false, nil
+		}
 		return r.noKeys(dv, src), true, nil
 	}
-	short, err := r.shortTokenPayload(dv, src)
+	grant, err := r.grantOf(dv)
 	if err != nil {
+		if !required {
+			return ClaimView{}, false, nil
+		}
 		msg := fmt.Sprintf("the clone token is invalid or expired: %v; delete and re-create the DataVolume", err)
 		return r.wait(dv, corev1.EventTypeWarning, reasonCloneTokenInvalid, msg, &src), true, nil
 	}
-	ext, err := r.ExtendedTokens.Generate(token.WithUID(short, string(dv.UID)))
+	p, err := grantCovers(grant, dv, src)
+	if err != nil {
+		if dv.Spec.SourceRef == nil {
+			// A direct source never moves (the spec is immutable): a
+			// token for another source is not this DataVolume's.
+			msg := fmt.Sprintf("the clone token is invalid or expired: %v; delete and re-create the DataVolume", err)
+			return r.wait(dv, corev1.EventTypeWarning, reasonCloneTokenInvalid, msg, &src), true, nil
+		}
+		var view *ClaimView
+		if p, view, err = r.reauthorize(ctx, dv, src, grant); p == nil || err != nil {
+			return ptr.Deref(view, ClaimView{}), true, err
+		}
+	}
+	ext, err := r.ExtendedTokens.Generate(token.WithUID(p, string(dv.UID)))
 	if err != nil {
 		return r.tokenNotMinted(dv, src, "DataVolume's extended clone token", err), true, nil
 	}
@@ -163,25 +210,57 @@ func (r *DataVolumeReconciler) ensureExtendedToken(ctx context.Context, dv *cdiv
 	return ClaimView{CloneSource: &src}, true, nil
 }
 
+// reauthorize runs the clone's SubjectAccessReviews for the user grant
+// records against src, which the DataVolume's sourceRef resolves to now
+// instead of the source grant names. Allowed, it returns the payload of a
+// token for src (for that user); otherwise view says why the clone waits.
+func (r *DataVolumeReconciler) reauthorize(ctx context.Context, dv *cdiv1.DataVolume, src CloneSource, grant *token.Payload) (*token.Payload, *ClaimView, error) {
+	moved := fmt.Sprintf("%s now resolves to %s %s/%s, not to %s, which the DataVolume's clone token was issued for",
+		describeSourceRef(dv), src.kind(), src.Namespace, src.Name, describeTokenSource(grant))
+	if grant.Requester == nil || grant.Requester.Username == "" {
+		msg := moved + "; the token records no user to authorise again (it was issued by an older Kubefill); delete and re-create the DataVolume"
+		view := r.waitFor(dv, corev1.EventTypeWarning, reasonSourceNotAuthorized, msg, &src, notAuthorizedRetry)
+		return nil, &view, nil
+	}
+	authz := r.Authorizer
+	if authz == nil {
+		authz = cloneauth.Authorizer{Client: r.Client}
+	}
+	ok, reason, err := authz.Authorize(ctx, grant.Requester.UserInfo(), cloneauth.Source{Resource: src.Resource(), Namespace: src.Namespace, Name: src.Name})
+	if err != nil {
+		return nil, nil, fmt.Errorf("authorising %q again for %s %s/%s: %w", grant.Requester.Username, src.kind(), src.Namespace, src.Name, err)
+	}
+	if !ok {
+		msg := moved + "; " + reason + "; the DataVolume waits until that is granted or the DataSource points back"
+		view := r.waitFor(dv, corev1.EventTypeWarning, reasonSourceNotAuthorized, msg, &src, notAuthorizedRetry)
+		return nil, &view, nil
+	}
+	r.event(dv, corev1.EventTypeNormal, reasonCloneReauthorized, "Clone",
+		fmt.Sprintf("%s; user %q may clone it, so the clone goes on from it", moved, grant.Requester.Username))
+	return token.WithRequester(token.NewClonePayload(src.Resource(), src.Namespace, src.Name, dv.Namespace, dv.Name), grant.Requester), nil, nil
+}
+
 func (r *DataVolumeReconciler) noKeys(dv *cdiv1.DataVolume, src CloneSource) ClaimView {
 	msg := fmt.Sprintf("the controller has no token keys to check the clone token of this clone from namespace %s; "+
 		"start kubefill controller with the signing key Secret mounted", src.Namespace)
 	return r.wait(dv, corev1.EventTypeWarning, reasonNoTokenKeys, msg, &src)
 }
 
-// ensureDataSourceToken mints the extended token at once for a DataVolume
-// whose short token names its sourceRef DataSource (which had no source at
-// admission): a golden image may be imported long after the short token
-// expires (CDI #2777). stop says the DataVolume was annotated. Any problem
-// with the token is left for ensureExtendedToken to report, once the
-// DataSource resolves.
-func (r *DataVolumeReconciler) ensureDataSourceToken(ctx context.Context, dv *cdiv1.DataVolume) (stop bool, err error) {
+// ensureSourceRefToken mints the extended token at once for a DataVolume
+// with a sourceRef and a valid short token: what the webhook authorised
+// (the source resolved at admission, or the DataSource's namespace when it
+// named none yet) and for whom outlives the short token's minutes, so a
+// golden image imported much later (CDI #2777) or a DataSource re-pointed
+// after admission is still decided against it. stop says the DataVolume
+// was annotated. Any problem with the token is left for authorizeClone to
+// report, once the DataSource resolves.
+func (r *DataVolumeReconciler) ensureSourceRefToken(ctx context.Context, dv *cdiv1.DataVolume) (stop bool, err error) {
 	short := dv.Annotations[cdiv1.AnnCloneToken]
-	if short == "" || dv.Annotations[cdiv1.AnnExtendedCloneToken] != "" || r.CloneTokens == nil || r.ExtendedTokens == nil {
+	if dv.Spec.SourceRef == nil || short == "" || dv.Annotations[cdiv1.AnnExtendedCloneToken] != "" || r.CloneTokens == nil || r.ExtendedTokens == nil {
 		return false, nil
 	}
 	p, err := r.CloneTokens.Validate(short)
-	if err != nil || p.Resource != token.ResourceDataSource {
+	if err != nil || checkTokenTarget(p, dv, false) != nil {
 		return false, nil
 	}
 	ext, err := r.ExtendedTokens.Generate(token.WithUID(p, string(dv.UID)))
@@ -196,31 +275,94 @@ func (r *DataVolumeReconciler) ensureDataSourceToken(ctx context.Context, dv *cd
 	return true, nil
 }
 
-// shortTokenPayload validates the DataVolume's short token for a clone of src.
-func (r *DataVolumeReconciler) shortTokenPayload(dv *cdiv1.DataVolume, src CloneSource) (*token.Payload, error) {
+// grantOf is what the DataVolume's clone tokens authorise, whichever
+// source it resolves to now: its extended token when valid and bound to
+// it, else its short token when valid and issued for it.
+func (r *DataVolumeReconciler) grantOf(dv *cdiv1.DataVolume) (*token.Payload, error) {
+	var extErr error
+	if t := dv.Annotations[cdiv1.AnnExtendedCloneToken]; t != "" && r.ExtendedTokenValidator != nil {
+		p, err := r.ExtendedTokenValidator.Validate(t)
+		if err == nil {
+			err = checkTokenTarget(p, dv, true)
+		}
+		if err == nil {
+			return p, nil
+		}
+		extErr = fmt.Errorf("the extended clone token: %w", err)
+	}
 	t := dv.Annotations[cdiv1.AnnCloneToken]
 	if t == "" {
+		if extErr != nil {
+			return nil, extErr
+		}
 		return nil, fmt.Errorf("the DataVolume has no %s (the mutating webhook adds it at creation)", cdiv1.AnnCloneToken)
 	}
 	p, err := r.CloneTokens.Validate(t)
+	if err == nil {
+		err = checkTokenTarget(p, dv, false)
+	}
 	if err != nil {
-		return nil, err
-	}
-	if p.Resource == token.ResourceDataSource {
-		return dataSourceTokenFor(p, dv, src)
-	}
-	if err := token.CheckClone(p, src.Resource(), src.Namespace, src.Name, dv.Namespace, dv.Name); err != nil {
-		return nil, err
+		return nil, errors.Join(extErr, err)
 	}
 	return p, nil
 }
 
-// dataSourceTokenFor checks a short token the webhook issued for dv's
-// sourceRef DataSource when it did not exist yet or named no source (a
-// golden image before its first import): the user was authorised for the
-// DataSource's namespace. It holds for src, now resolved, only if src lies
-// in that namespace; the payload returned names src, so the extended token
-// minted from it reads as any other. Pure.
+// checkTokenTarget says whether p is a clone token issued for dv: its
+// namespace and name and, when bound, its UID. Pure.
+func checkTokenTarget(p *token.Payload, dv *cdiv1.DataVolume, bound bool) error {
+	if p.Operation != token.OperationClone {
+		return fmt.Errorf("%w: operation is %q, want %q", token.ErrPayloadMismatch, p.Operation, token.OperationClone)
+	}
+	if ns, name := p.Params[token.ParamTargetNamespace], p.Params[token.ParamTargetName]; ns != dv.Namespace || name != dv.Name {
+		return fmt.Errorf("%w: issued for %s/%s, not this DataVolume %s/%s", token.ErrPayloadMismatch, ns, name, dv.Namespace, dv.Name)
+	}
+	if bound {
+		return token.CheckUID(p, string(dv.UID))
+	}
+	return nil
+}
+
+// grantCovers returns the payload of a token for a clone of src into dv
+// when grant, a token issued for dv, allows it: grant itself, or for a
+// token that names dv's sourceRef DataSource (it had no source at
+// admission), one naming src, if src lies in the DataSource's namespace.
+// Pure.
+func grantCovers(grant *token.Payload, dv *cdiv1.DataVolume, src CloneSource) (*token.Payload, error) {
+	if grant.Resource == token.ResourceDataSource {
+		return dataSourceTokenFor(grant, dv, src)
+	}
+	if err := token.CheckClone(grant, src.Resource(), src.Namespace, src.Name, dv.Namespace, dv.Name); err != nil {
+		return nil, err
+	}
+	return grant, nil
+}
+
+// describeSourceRef names the DataVolume's sourceRef DataSource. Pure.
+func describeSourceRef(dv *cdiv1.DataVolume) string {
+	ref := dv.Spec.SourceRef
+	if ref == nil {
+		return "the DataVolume's source"
+	}
+	return fmt.Sprintf("DataSource %s/%s (spec.sourceRef)", ptr.Deref(ref.Namespace, dv.Namespace), ref.Name)
+}
+
+// describeTokenSource names the source a clone token was issued for. Pure.
+func describeTokenSource(p *token.Payload) string {
+	switch p.Resource.Resource {
+	case token.ResourceDataSource.Resource:
+		return fmt.Sprintf("any source in namespace %s (DataSource %s named none when the DataVolume was created)", p.Namespace, p.Name)
+	case token.ResourceVolumeSnapshot.Resource:
+		return fmt.Sprintf("VolumeSnapshot %s/%s", p.Namespace, p.Name)
+	}
+	return fmt.Sprintf("PersistentVolumeClaim %s/%s", p.Namespace, p.Name)
+}
+
+// dataSourceTokenFor checks a token the webhook issued for dv's sourceRef
+// DataSource when it did not exist yet or named no source (a golden image
+// before its first import): the user was authorised for the DataSource's
+// namespace. It holds for src, now resolved, only if src lies in that
+// namespace; the payload returned names src (for the same requester), so
+// the extended token minted from it reads as any other. Pure.
 func dataSourceTokenFor(p *token.Payload, dv *cdiv1.DataVolume, src CloneSource) (*token.Payload, error) {
 	ref := dv.Spec.SourceRef
 	if ref == nil || ref.Kind != cdiv1.DataVolumeDataSource {
@@ -237,7 +379,7 @@ func dataSourceTokenFor(p *token.Payload, dv *cdiv1.DataVolume, src CloneSource)
 		return nil, fmt.Errorf("the clone token allows cloning from namespace %s (DataSource %s named no source when the DataVolume was created), "+
 			"but the DataSource now resolves to %s %s in namespace %s", refNS, ref.Name, src.word(), src.Name, src.Namespace)
 	}
-	return token.NewClonePayload(src.Resource(), src.Namespace, src.Name, dv.Namespace, dv.Name), nil
+	return token.WithRequester(token.NewClonePayload(src.Resource(), src.Namespace, src.Name, dv.Namespace, dv.Name), p.Requester), nil
 }
 
 // dataVolumeTokenPayload validates the DataVolume's extended token: issued
@@ -342,7 +484,7 @@ func (r *DataVolumeReconciler) cloneSize(ctx context.Context, dv *cdiv1.DataVolu
 // reconcileCloneClaim makes a clone DataVolume's VolumeCloneSource, in the
 // source's namespace, and its claim, when the claim does not exist yet.
 func (r *DataVolumeReconciler) reconcileCloneClaim(ctx context.Context, dv *cdiv1.DataVolume, kind *sourceKind) (ClaimView, error) {
-	if stop, err := r.ensureDataSourceToken(ctx, dv); stop || err != nil {
+	if stop, err := r.ensureSourceRefToken(ctx, dv); stop || err != nil {
 		return ClaimView{}, err
 	}
 	src, view, err := r.resolveCloneSource(ctx, dv)
@@ -350,8 +492,8 @@ func (r *DataVolumeReconciler) reconcileCloneClaim(ctx context.Context, dv *cdiv
 		return view, err
 	}
 	crossNS := src.Namespace != dv.Namespace
-	if crossNS {
-		if view, stop, err := r.ensureExtendedToken(ctx, dv, *src); stop || err != nil {
+	if crossNS || dv.Spec.SourceRef != nil {
+		if view, stop, err := r.authorizeClone(ctx, dv, *src, crossNS); stop || err != nil {
 			return view, err
 		}
 	}
@@ -406,6 +548,16 @@ func (r *DataVolumeReconciler) reconcileCloneClaim(ctx context.Context, dv *cdiv
 // annotation (its finalizer deletes it).
 func (r *DataVolumeReconciler) ensureCloneSource(ctx context.Context, dv *cdiv1.DataVolume, kind *sourceKind, src CloneSource) error {
 	vcs := &cdiv1.VolumeCloneSource{ObjectMeta: metav1.ObjectMeta{Name: kind.sourceName(dv), Namespace: src.Namespace}}
+	// No claim uses it yet: one made for a source the DataSource no longer
+	// names (the claim could not be made, then the DataSource moved) is
+	// made again, since its spec cannot change.
+	old := &cdiv1.VolumeCloneSource{}
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(vcs), old); err == nil && !equality.Semantic.DeepEqual(old.Spec, CloneSourceSpecFor(dv, src)) {
+		if err := r.Client.Delete(ctx, old, client.Preconditions{UID: &old.UID}); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting VolumeCloneSource %s/%s made for another source: %w", src.Namespace, vcs.Name, err)
+		}
+		return fmt.Errorf("VolumeCloneSource %s/%s named %s %s, made before the DataSource changed; deleted, it is made again", src.Namespace, vcs.Name, old.Spec.Source.Kind, old.Spec.Source.Name)
+	}
 	_, err := controllerutil.CreateOrUpdate(ctx, r.Client, vcs, func() error {
 		vcs.Spec = CloneSourceSpecFor(dv, src)
 		if src.Namespace == dv.Namespace {
@@ -447,10 +599,21 @@ func (r *DataVolumeReconciler) annotateClaimToken(ctx context.Context, dv *cdiv1
 // the claim's extended token, the clone type copied to the DataVolume, and
 // once the clone succeeded, the cross-namespace VolumeCloneSource removed.
 // A non-nil view is a wait that replaces the claim's own.
+//
+// Once the claim exists the clone's source is the one its VolumeCloneSource
+// names, fixed when the claim was made (its spec is immutable): a
+// DataSource re-pointed afterwards does not move a clone already under
+// way, and the claim's token and the DataVolume's messages name that
+// source, not the DataSource's new one.
 func (r *DataVolumeReconciler) syncCloneClaim(ctx context.Context, dv *cdiv1.DataVolume, pvc *corev1.PersistentVolumeClaim) (*CloneSource, *ClaimView, error) {
-	src, _, err := r.resolveCloneSourceQuietly(ctx, dv)
+	src, err := r.pinnedCloneSource(ctx, dv, pvc)
 	if err != nil {
 		return nil, nil, err
+	}
+	if src == nil {
+		if src, _, err = r.resolveCloneSourceQuietly(ctx, dv); err != nil {
+			return nil, nil, err
+		}
 	}
 	srcNS := pvc.Annotations[cdiv1.AnnDataSourceNamespace]
 	if src != nil && srcNS != "" && srcNS != dv.Namespace && pvc.Annotations[cdiv1.AnnExtendedCloneToken] == "" && !claimDone(pvc) {
@@ -472,6 +635,34 @@ func (r *DataVolumeReconciler) syncCloneClaim(ctx context.Context, dv *cdiv1.Dat
 		return src, nil, r.releaseCloneSource(ctx, dv)
 	}
 	return src, nil, nil
+}
+
+// pinnedCloneSource is the source the DataVolume's VolumeCloneSource
+// names, for the claim pvc made with it; nil when there is none (the clone
+// is over and it was removed).
+func (r *DataVolumeReconciler) pinnedCloneSource(ctx context.Context, dv *cdiv1.DataVolume, pvc *corev1.PersistentVolumeClaim) (*CloneSource, error) {
+	ns := dv.Namespace
+	if s := pvc.Annotations[cdiv1.AnnDataSourceNamespace]; s != "" {
+		ns = s
+	}
+	vcs := &cdiv1.VolumeCloneSource{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: CloneSourceName(dv)}, vcs); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading the clone's VolumeCloneSource %s/%s: %w", ns, CloneSourceName(dv), err)
+	}
+	if !metav1.IsControlledBy(vcs, dv) && vcs.Annotations[cdiv1.AnnOwnedByDataVolume] != dv.Namespace+"/"+dv.Name {
+		return nil, nil
+	}
+	ref := vcs.Spec.Source
+	switch ref.Kind {
+	case "PersistentVolumeClaim":
+		return &CloneSource{Namespace: ns, Name: ref.Name}, nil
+	case "VolumeSnapshot":
+		return &CloneSource{Snapshot: true, Namespace: ns, Name: ref.Name}, nil
+	}
+	return nil, nil
 }
 
 // cloneClaimView is what the status shows of a clone DataVolume's existing
