@@ -278,16 +278,24 @@ func TestCloneCopySameNamespace(t *testing.T) {
 
 // TestCloneCrossNamespaceToken: a claim in one namespace cloning from
 // another (cdi.kubevirt.io/dataSourceNamespace) is refused without a clone
-// token, with one issued for another target and with an expired one, and
-// nothing is made in the source's namespace; a valid token starts the
-// clone there. Deleting the claim mid-clone removes the temporary objects in
-// the source's namespace and then the finalizer.
+// token, with the DataVolume webhook's short token (valid or not: on a
+// claim only the controller's extended token counts), with an extended
+// token bound to another claim or issued for another target, and with an
+// expired one, and nothing is made in the source's namespace; an extended
+// token bound to the claim starts the clone there. Deleting the claim
+// mid-clone removes the temporary objects in the source's namespace and
+// then the finalizer.
 func TestCloneCrossNamespaceToken(t *testing.T) {
 	ctx := context.Background()
 	nsSrc, nsTgt, installNS := newNamespace(t), newNamespace(t), newNamespace(t)
 	className := nsSrc + "-csi"
 	cloneClass(t, className)
 	keys, err := token.EnsureSigningKeySecret(ctx, k8sClient, installNS, token.DefaultSigningKeySecretName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The controller's own key for extended tokens, which it would make at first use.
+	extKeys, err := token.EnsureSigningKeySecret(ctx, k8sClient, installNS, controller.DefaultExtendedTokenKeySecret)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,30 +321,44 @@ func TestCloneCrossNamespaceToken(t *testing.T) {
 			t.Errorf("refused (%s): the clone was planned: %v", want, target.Annotations)
 		}
 	}
-	refused("no clone token")
+	refused("no extended clone token")
 	if !eventReasons(t, nsTgt, target.UID)["SourceNotAuthorized"] {
 		t.Error("no SourceNotAuthorized event on the refused claim")
 	}
 
-	sign := func(gen token.Generator, targetName string) string {
-		s, err := gen.Generate(token.NewClonePayload(token.ResourcePVC, nsSrc, "golden", nsTgt, targetName))
+	sign := func(gen token.Generator, targetName, uid string) string {
+		p := token.NewClonePayload(token.ResourcePVC, nsSrc, "golden", nsTgt, targetName)
+		if uid != "" {
+			p = token.WithUID(p, uid)
+		}
+		s, err := gen.Generate(p)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return s
 	}
-	short := token.NewGenerator(token.CloneTokenIssuer, keys.Private, 5*time.Minute)
-	setToken := func(v string) {
+	setToken := func(key, v string) {
 		t.Helper()
-		patchAnnotations(t, k8sClient, target, map[string]string{cdiv1.AnnCloneToken: v})
+		patchAnnotations(t, k8sClient, target, map[string]string{key: v})
 	}
-	setToken(sign(short, "other"))
+	// The webhook's short token, valid for this very claim, is not enough
+	// (U5: it is readable wherever the DataVolume is, and was replayable).
+	short := token.NewGenerator(token.CloneTokenIssuer, keys.Private, 5*time.Minute)
+	setToken(cdiv1.AnnCloneToken, sign(short, "disk", ""))
+	refused("is not accepted on a claim")
+	// A short token in the extended annotation: another issuer.
+	setToken(cdiv1.AnnExtendedCloneToken, sign(short, "disk", string(target.UID)))
+	refused("not valid")
+	ext := token.NewGenerator(token.ExtendedCloneTokenIssuer, extKeys.Private, token.DefaultExtendedCloneTokenLifetime)
+	setToken(cdiv1.AnnExtendedCloneToken, sign(ext, "disk", "another-claims-uid"))
+	refused("issued for another target (UID another-claims-uid")
+	setToken(cdiv1.AnnExtendedCloneToken, sign(ext, "other", string(target.UID)))
 	refused("issued for another target")
 	past := time.Now().Add(-time.Hour)
-	setToken(sign(token.NewGeneratorAt(token.CloneTokenIssuer, keys.Private, 5*time.Minute, func() time.Time { return past }), "disk"))
+	setToken(cdiv1.AnnExtendedCloneToken, sign(token.NewGeneratorAt(token.ExtendedCloneTokenIssuer, extKeys.Private, 5*time.Minute, func() time.Time { return past }), "disk", string(target.UID)))
 	refused("expired")
 
-	setToken(sign(short, "disk"))
+	setToken(cdiv1.AnnExtendedCloneToken, sign(ext, "disk", string(target.UID)))
 	prime := &corev1.PersistentVolumeClaim{}
 	kit.Until(t, 40*time.Second, "the prime in the source's namespace, once the token is valid", func() bool {
 		return k8sClient.Get(ctx, primeKey, prime) == nil
