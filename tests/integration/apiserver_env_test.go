@@ -49,10 +49,18 @@ const frontProxyName = "front-proxy-client"
 
 func startAggEnv(t *testing.T) *aggEnv {
 	t.Helper()
+	return startAggEnvWith(t, nil)
+}
+
+// startAggEnvWith is startAggEnv, with configure setting more
+// kube-apiserver flags (in dir, the test's files) before it starts.
+func startAggEnvWith(t *testing.T, configure func(e *aggEnv, args *envtest.Arguments, dir string)) *aggEnv {
+	t.Helper()
 	dir := t.TempDir()
 	fp := kit.TestCA(t, "front-proxy-ca")
 	proxyPair, proxyCertPEM, proxyKeyPEM := fp.ClientCert(t, frontProxyName)
 	env := ownEnvironment(t)
+	e := &aggEnv{env: env, frontProxy: fp, proxyCert: proxyPair}
 	args := env.ControlPlane.GetAPIServer().Configure()
 	args.Set("authorization-mode", "Node,RBAC")
 	args.Set("requestheader-client-ca-file", writeFile(t, dir, "front-proxy-ca.crt", fp.CertPEM))
@@ -63,8 +71,11 @@ func startAggEnv(t *testing.T) *aggEnv {
 	args.Set("proxy-client-cert-file", writeFile(t, dir, "front-proxy-client.crt", proxyCertPEM))
 	args.Set("proxy-client-key-file", writeFile(t, dir, "front-proxy-client.key", proxyKeyPEM))
 	args.Set("enable-aggregator-routing", "true")
-	cfg, c := startOwnControlPlane(t, env, "aggregated-API control plane (Node,RBAC, front-proxy CA)")
-	return &aggEnv{env: env, cfg: cfg, client: c, frontProxy: fp, proxyCert: proxyPair}
+	if configure != nil {
+		configure(e, args, dir)
+	}
+	e.cfg, e.client = startOwnControlPlane(t, env, "aggregated-API control plane (Node,RBAC, front-proxy CA)")
+	return e
 }
 
 // userConfig is a rest.Config authenticated by a client certificate for name.
@@ -105,9 +116,25 @@ type runningServer struct {
 	secret    string
 }
 
+// serverOptions are the settings of startServerWith beyond startServer's.
+type serverOptions struct {
+	// listener, if set, is where the server listens (one whose address
+	// kube-apiserver was told before it started).
+	listener net.Listener
+	// controllerUser and webhookClientNames are the flags of the same names.
+	controllerUser     string
+	webhookClientNames []string
+}
+
 // startServer runs `kubefill apiserver`'s Run against env with a serving
 // certificate for 127.0.0.1 written to files (so reload can be tested).
 func (e *aggEnv) startServer(t *testing.T, webhooks bool) *runningServer {
+	t.Helper()
+	return e.startServerWith(t, webhooks, serverOptions{})
+}
+
+// startServerWith is startServer with opts.
+func (e *aggEnv) startServerWith(t *testing.T, webhooks bool, opts serverOptions) *runningServer {
 	t.Helper()
 	dir := t.TempDir()
 	sc, err := pki.GenerateServingCert("kubefill-api", []string{"127.0.0.1", "localhost"}, time.Hour)
@@ -121,9 +148,11 @@ func (e *aggEnv) startServer(t *testing.T, webhooks bool) *runningServer {
 		namespace: e.namespace(t, "kubefill-system-"),
 		secret:    token.DefaultSigningKeySecretName,
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	ln := opts.listener
+	if ln == nil {
+		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	rs.addr = ln.Addr().String()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -137,6 +166,9 @@ func (e *aggEnv) startServer(t *testing.T, webhooks bool) *runningServer {
 			CloneTokenTTL:    5 * time.Minute,
 			TokenLeeway:      10 * time.Second,
 			DisableWebhooks:  !webhooks,
+
+			ControllerUser:     opts.controllerUser,
+			WebhookClientNames: opts.webhookClientNames,
 		})
 	}()
 	t.Cleanup(func() {
