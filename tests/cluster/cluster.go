@@ -319,6 +319,8 @@ type clusterPKI struct {
 	saPub                string
 	saKey                string
 	caKeyFile            string
+	// admissionConfig presents WebhookClientName to Kubefill's webhooks.
+	admissionConfig string
 }
 
 func (c *Cluster) writePKI() error {
@@ -365,6 +367,9 @@ func (c *Cluster) writePKI() error {
 		return err
 	}
 	if p.saPub, p.saKey, err = writeServiceAccountKeys(dir); err != nil {
+		return err
+	}
+	if p.admissionConfig, err = writeAdmissionConfig(p); err != nil {
 		return err
 	}
 	c.pki = p
@@ -455,6 +460,9 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 		"--proxy-client-cert-file=" + p.frontProxyClientCert,
 		"--proxy-client-key-file=" + p.frontProxyClientKey,
 		"--enable-aggregator-routing=true",
+		// Kubefill's webhooks get a client certificate, so that an install
+		// can require it (--webhook-client-names).
+		"--admission-control-config-file=" + p.admissionConfig,
 		"--v=1",
 	}
 	if bindAddress == "127.0.0.1" {

@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kubefill/kubefill/pkg/apiserver"
 	"github.com/kubefill/kubefill/tests/kit"
 )
 
@@ -58,6 +61,29 @@ func TestControlPlaneStartStop(t *testing.T) {
 	}
 	if auth.Data["requestheader-client-ca-file"] == "" {
 		t.Error("extension-apiserver-authentication has no requestheader CA")
+	}
+	// The certificate kube-apiserver presents to Kubefill's webhooks
+	// (--admission-control-config-file) is one `kubefill apiserver
+	// --webhook-client-names=WebhookClientName` admits, by the CAs kube-apiserver publishes.
+	authCfg, err := apiserver.ParseAuthConfigMap(auth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, err := os.ReadFile(filepath.Join(c.Dir, "pki", "apiserver-webhook-client.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(certPEM)
+	leaf, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := authCfg.WebhookCaller([]*x509.Certificate{leaf}, []string{WebhookClientName}); err != nil {
+		t.Errorf("kube-apiserver's webhook client certificate: %v", err)
+	}
+	admissionCfg, err := os.ReadFile(filepath.Join(c.Dir, "pki", "admission-config.yaml"))
+	if err != nil || !strings.Contains(string(admissionCfg), "WebhookAdmissionConfiguration") {
+		t.Errorf("admission configuration %q: %v", admissionCfg, err)
 	}
 
 	st, err := LoadState(c.Dir)

@@ -51,7 +51,17 @@ type InstallOptions struct {
 	Dirs []string
 	// Logf reports what is skipped.
 	Logf func(format string, args ...any)
+	// APIServerArgs are added to the kubefill-apiserver container's
+	// arguments, as an admin's kustomize patch would. NewInstaller makes
+	// them --webhook-client-names=WebhookClientName when nil: this
+	// cluster's kube-apiserver presents that certificate to the webhooks
+	// (writeAdmissionConfig), so the install requires it, as docs/install.md
+	// tells an admin to. An empty, non-nil slice adds nothing.
+	APIServerArgs []string
 }
+
+// APIServerDeployment is the Deployment of `kubefill apiserver`.
+const APIServerDeployment = "kubefill-apiserver"
 
 // KustomizeResources lists the files a kustomization names, recursively,
 // in its order (what `kubectl apply -k` reads; the manifests use nothing
@@ -148,6 +158,9 @@ func (c *Cluster) NewInstaller(opts InstallOptions) (*Installer, error) {
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
 	}
+	if opts.APIServerArgs == nil {
+		opts.APIServerArgs = []string{"--webhook-client-names=" + WebhookClientName}
+	}
 	for i, d := range opts.Dirs {
 		if !filepath.IsAbs(d) {
 			opts.Dirs[i] = filepath.Join(c.repo, d)
@@ -176,6 +189,9 @@ func (in *Installer) Install(ctx context.Context) error {
 				in.mapper.Reset()
 				crdsEstablished = true
 			}
+			if err := addContainerArgs(u, APIServerDeployment, "apiserver", in.opts.APIServerArgs); err != nil {
+				return err
+			}
 			if err := in.Apply(ctx, u); err != nil {
 				return err
 			}
@@ -187,6 +203,38 @@ func (in *Installer) Install(ctx context.Context) error {
 		}
 	}
 	return in.WaitAPIService(ctx, UploadAPIService)
+}
+
+// addContainerArgs appends args to container's arguments when u is
+// Deployment deployment of the install namespace.
+func addContainerArgs(u *unstructured.Unstructured, deployment, container string, args []string) error {
+	if len(args) == 0 || u.GetKind() != "Deployment" || u.GetName() != deployment || u.GetNamespace() != KubefillNamespace {
+		return nil
+	}
+	containers, _, err := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
+	if err != nil {
+		return fmt.Errorf("Deployment %s: %w", deployment, err)
+	}
+	found := false
+	for i, c := range containers {
+		m, ok := c.(map[string]any)
+		if !ok || m["name"] != container {
+			continue
+		}
+		have, _, _ := unstructured.NestedStringSlice(m, "args")
+		have = append(have, args...)
+		all := make([]any, len(have))
+		for j, a := range have {
+			all[j] = a
+		}
+		m["args"] = all
+		containers[i] = m
+		found = true
+	}
+	if !found {
+		return fmt.Errorf("Deployment %s has no container %s to give %v", deployment, container, args)
+	}
+	return unstructured.SetNestedSlice(u.Object, containers, "spec", "template", "spec", "containers")
 }
 
 // Apply applies one object server-side (forcing conflicts, as a

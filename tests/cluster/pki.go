@@ -10,6 +10,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
 	"github.com/kubefill/kubefill/tests/kit"
 )
 
@@ -65,4 +68,58 @@ func issue(ca *kit.CA, l kit.Leaf) (keyPair, error) {
 		return keyPair{}, fmt.Errorf("issue certificate for %q: %w", l.CommonName, err)
 	}
 	return keyPair{CertPEM: certPEM, KeyPEM: keyPEM}, nil
+}
+
+// WebhookClientName is the common name of the client certificate
+// kube-apiserver presents to Kubefill's admission webhooks, issued by the
+// cluster CA (kube-apiserver's client CA, which it publishes in
+// kube-system/extension-apiserver-authentication): what `kubefill
+// apiserver --webhook-client-names` admits. It authenticates to
+// kube-apiserver as a user with no RBAC binding.
+const WebhookClientName = "kube-apiserver-webhook-client"
+
+// WebhookServer is the webhook server, as kube-apiserver names a Service
+// it calls, for which it presents WebhookClientName: the kubefill-api
+// Service of manifests/install.
+const WebhookServer = "kubefill-api." + KubefillNamespace + ".svc"
+
+// writeAdmissionConfig issues kube-apiserver's webhook client certificate
+// and writes the AdmissionConfiguration (--admission-control-config-file)
+// whose webhook kubeconfig presents it to WebhookServer, for both the
+// mutating and the validating admission plugins. Other webhooks get no
+// certificate, as before.
+func writeAdmissionConfig(p *clusterPKI) (string, error) {
+	kp, err := issue(p.ca, kit.Leaf{CommonName: WebhookClientName, Client: true})
+	if err != nil {
+		return "", err
+	}
+	certFile, keyFile, err := kp.write(p.dir, "apiserver-webhook-client")
+	if err != nil {
+		return "", err
+	}
+	kc := clientcmdapi.NewConfig()
+	kc.AuthInfos[WebhookServer] = &clientcmdapi.AuthInfo{ClientCertificate: certFile, ClientKey: keyFile}
+	kubeconfig := filepath.Join(p.dir, "admission-webhooks.kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
+		return "", fmt.Errorf("write %s: %w", kubeconfig, err)
+	}
+	cfg := fmt.Sprintf(`apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+  - name: ValidatingAdmissionWebhook
+    configuration:
+      apiVersion: apiserver.config.k8s.io/v1
+      kind: WebhookAdmissionConfiguration
+      kubeConfigFile: %[1]q
+  - name: MutatingAdmissionWebhook
+    configuration:
+      apiVersion: apiserver.config.k8s.io/v1
+      kind: WebhookAdmissionConfiguration
+      kubeConfigFile: %[1]q
+`, kubeconfig)
+	path := filepath.Join(p.dir, "admission-config.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		return "", fmt.Errorf("write %s: %w", path, err)
+	}
+	return path, nil
 }
