@@ -83,6 +83,11 @@ func (c *Cluster) StartAdmission(ctx context.Context, installNS, label string, e
 		"--tls-cert-file=" + certFile,
 		"--tls-private-key-file=" + keyFile,
 		"--install-namespace=" + installNS,
+		// The harness's controller (startKubefill, and the e2e tests' in
+		// process) runs as the admin, not as the kubefill-controller
+		// ServiceAccount: the identity that may change a DataVolume's
+		// extended clone token. extraArgs may say otherwise.
+		"--controller-user=" + AdminUser,
 	}, extraArgs...)
 	rec, err := c.run("kubefill-admission-"+installNS, nil, c.kubefillBin, args...)
 	if err != nil {

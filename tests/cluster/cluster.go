@@ -306,6 +306,10 @@ func (c *Cluster) run(name string, env []string, bin string, args ...string) (pr
 	return rec, c.addProcess(rec)
 }
 
+// AdminUser is the user name of the cluster's admin kubeconfig (group
+// system:masters), which the harness's own Kubefill processes use.
+const AdminUser = "kubefill-admin"
+
 // clusterPKI holds the files of the cluster's certificates.
 type clusterPKI struct {
 	dir                  string
@@ -486,7 +490,7 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 		return err
 	}
 
-	c.Kubeconfig, err = c.writeKubeconfig("admin", "kubefill-admin", "system:masters")
+	c.Kubeconfig, err = c.writeKubeconfig("admin", AdminUser, "system:masters")
 	if err != nil {
 		return err
 	}
