@@ -305,6 +305,34 @@ func TestInstalled(t *testing.T) {
 			t.Fatalf("want a refusal by the installed validating webhook, got %v", err)
 		}
 	})
+
+	// The install requires kube-apiserver's webhook client certificate
+	// (cluster.InstallOptions adds --webhook-client-names; the subtests
+	// above went through the webhooks, so kube-apiserver presents it). A
+	// forged review sent straight to the Service, as any pod could, is
+	// refused before it is read.
+	t.Run("webhook caller authentication", func(t *testing.T) {
+		svc := &corev1.Service{}
+		if err := kc.Get(ctx, types.NamespacedName{Namespace: installNS, Name: certs.DefaultAPIServerService}, svc); err != nil {
+			t.Fatal(err)
+		}
+		review := `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"forged","kind":{"group":"cdi.kubevirt.io","version":"v1beta1","kind":"DataVolume"},` +
+			`"operation":"CREATE","namespace":"` + ns + `","name":"t-oracle","userInfo":{"username":"system:admin","groups":["system:masters"]},` +
+			`"object":{"apiVersion":"cdi.kubevirt.io/v1beta1","kind":"DataVolume","metadata":{"name":"t-oracle","namespace":"` + ns + `"},` +
+			`"spec":{"source":{"pvc":{"namespace":"kube-system","name":"anything"}},"storage":{"resources":{"requests":{"storage":"1Gi"}}}}}}}`
+		hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}}}
+		url := "https://" + net.JoinHostPort(svc.Spec.ClusterIP, "443") + "/datavolume-mutate"
+		resp, err := hc.Post(url, "application/json", strings.NewReader(review))
+		if err != nil {
+			t.Fatalf("POST %s: %v", url, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		t.Logf("a forged AdmissionReview to %s without kube-apiserver's certificate: %d %s", url, resp.StatusCode, strings.TrimSpace(string(body)))
+		if resp.StatusCode != http.StatusUnauthorized || strings.Contains(string(body), "storage.clone.token") {
+			t.Fatalf("got %d %s, want 401 and no token", resp.StatusCode, body)
+		}
+	})
 }
 
 func ptrString(p *string) string {
