@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -134,8 +135,9 @@ func TestAnnotationPatchStripsTokens(t *testing.T) {
 	}
 }
 
-// sarAllowing is a client whose SubjectAccessReviews allow users[name].
-func sarAllowing(t *testing.T, users ...string) client.Client {
+// sarAllowing is a client holding objs whose SubjectAccessReviews allow
+// the users named.
+func sarAllowing(t *testing.T, objs []client.Object, users ...string) client.Client {
 	t.Helper()
 	s := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(s); err != nil {
@@ -144,7 +146,7 @@ func sarAllowing(t *testing.T, users ...string) client.Client {
 	if err := cdiv1.AddToScheme(s); err != nil {
 		t.Fatal(err)
 	}
-	return fake.NewClientBuilder().WithScheme(s).WithInterceptorFuncs(interceptor.Funcs{
+	return fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).WithInterceptorFuncs(interceptor.Funcs{
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 			if sar, ok := obj.(*authorizationv1.SubjectAccessReview); ok {
 				sar.Status.Allowed = slices.Contains(users, sar.Spec.User)
@@ -161,7 +163,7 @@ func TestDataVolumeMutatorRecordsTheRequester(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &DataVolumeMutator{Client: sarAllowing(t, "alice"), Tokens: token.NewGenerator(token.CloneTokenIssuer, key, token.DefaultCloneTokenLifetime)}
+	m := &DataVolumeMutator{Client: sarAllowing(t, nil, "alice"), Tokens: token.NewGenerator(token.CloneTokenIssuer, key, token.DefaultCloneTokenLifetime)}
 	dv := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "x",
 		Annotations: map[string]string{cdiv1.AnnCloneToken: "forged", cdiv1.AnnExtendedCloneToken: "forged"}},
 		Spec: baseSpec(cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "src", Name: "golden"}})}
@@ -195,5 +197,39 @@ func TestDataVolumeMutatorRecordsTheRequester(t *testing.T) {
 	req.UserInfo = authenticationv1.UserInfo{Username: "bob"}
 	if r := m.Admit(context.Background(), req); r.Allowed || r.Patch != nil || !strings.Contains(r.Result.Message, `user "bob" may not clone`) {
 		t.Fatalf("bob: %+v", r)
+	}
+}
+
+// A DataImportCron's import, asked for by the controller, is authorised
+// for the cron's ServiceAccount, and its token records that ServiceAccount
+// (with its groups), not the controller: a re-check is made for it.
+func TestDataVolumeMutatorRecordsTheCronServiceAccount(t *testing.T) {
+	key, err := token.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cron := &cdiv1.DataImportCron{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "nightly"}, Spec: cdiv1.DataImportCronSpec{ServiceAccountName: ptr("importer")}}
+	sa := "system:serviceaccount:team:importer"
+	m := &DataVolumeMutator{Client: sarAllowing(t, []client.Object{cron}, sa), Tokens: token.NewGenerator(token.CloneTokenIssuer, key, time.Minute), ControllerUser: controllerUser}
+	dv := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "x", Labels: map[string]string{cdiv1.LabelDataImportCron: "nightly"}},
+		Spec: baseSpec(cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "src", Name: "golden"}})}
+	req := review("DataVolume", admissionv1.Create, dv, nil)
+	req.UserInfo = authenticationv1.UserInfo{Username: controllerUser, Groups: []string{"system:serviceaccounts"}}
+	r := m.Admit(context.Background(), req)
+	if !r.Allowed {
+		t.Fatalf("the cron's import refused: %+v", r.Result)
+	}
+	var ops []patchOp
+	if err := json.Unmarshal(r.Patch, &ops); err != nil || len(ops) != 1 {
+		t.Fatalf("patch %s (%v)", r.Patch, err)
+	}
+	v, _ := ops[0].Value.(map[string]any)
+	tok, _ := v[cdiv1.AnnCloneToken].(string)
+	p, err := token.NewValidator(token.CloneTokenIssuer, &key.PublicKey, 0).Validate(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Requester == nil || p.Requester.Username != sa || !slices.Contains(p.Requester.Groups, "system:serviceaccounts:team") {
+		t.Errorf("requester %+v, want ServiceAccount team/importer with its groups", p.Requester)
 	}
 }
