@@ -233,9 +233,14 @@ func TestCheckTokenOnClaims(t *testing.T) {
 			}
 			target := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: "disk", UID: "u-1", OwnerReferences: c.owners, Annotations: ann},
 				Spec: corev1.PersistentVolumeClaimSpec{DataSourceRef: &corev1.TypedObjectReference{APIGroup: ptr.To(cdiv1.GroupName), Kind: cdiv1.VolumeCloneSourceRef, Name: "vcs"}}}
-			got := k.checkToken(target, nil)
+			got, pending := k.checkToken(target, nil)
 			if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
 				t.Errorf("%q, want %q", got, c.want)
+			}
+			// Only the DataVolume's own claim waits quietly: every other
+			// refusal is one the user must act on.
+			if wantPending := c.owners != nil && c.ann[cdiv1.AnnExtendedCloneToken] == ""; pending != wantPending {
+				t.Errorf("pending %v, want %v", pending, wantPending)
 			}
 		})
 	}

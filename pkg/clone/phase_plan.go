@@ -78,7 +78,7 @@ func (p *planPhase) Reconcile(ctx context.Context, f *populators.Flow) (populato
 	if populators.AnnotatedSourceNamespace(f.Target) != "" && populators.IsCrossNamespace(f.Target) {
 		// The base checked the token before anything there was read; now
 		// that the VolumeCloneSource is known, it must name its source.
-		if msg := k.checkToken(f.Target, &src); msg != "" {
+		if msg, _ := k.checkToken(f.Target, &src); msg != "" {
 			return wait("SourceNotAuthorized", msg, 30*time.Second), nil
 		}
 	}

@@ -30,10 +30,10 @@ type Kind interface {
 // Optional interfaces, checked by type assertion, for what only some kinds need.
 type (
 	// SourceAuthorizer decides itself whether a target may use a source in
-	// another namespace (a clone token, say) instead of a ReferenceGrant.
-	// message explains a refusal to the user; err is a failure to decide.
+	// another namespace (a clone token, say) instead of a ReferenceGrant;
+	// err is a failure to decide.
 	SourceAuthorizer interface {
-		AuthorizeSource(ctx context.Context, target *corev1.PersistentVolumeClaim) (allowed bool, message string, err error)
+		AuthorizeSource(ctx context.Context, target *corev1.PersistentVolumeClaim) (SourceVerdict, error)
 	}
 	// Watcher adds watches on the objects the kind makes, mapped back to the
 	// target (see targetOf), beyond the prime and the worker pods.
@@ -165,4 +165,16 @@ func cleanupPlan(ctx context.Context, f *Flow, plan []Phase, retain bool) error 
 		}
 	}
 	return nil
+}
+
+// SourceVerdict is the answer on a source in another namespace.
+type SourceVerdict struct {
+	Allowed bool
+	// Message tells the user why the source is not used (yet).
+	Message string
+	// Pending: not refused, only not allowed yet, and what allows it is
+	// under way and brings the target back (a DataVolume adds its claim's
+	// clone token just after creating it). The claim says so, without a
+	// warning.
+	Pending bool
 }

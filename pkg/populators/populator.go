@@ -153,11 +153,14 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// cleanup are left: the source is not needed (it may be gone).
 	if !f.HandedOver() {
 		if IsCrossNamespace(target) {
-			allowed, msg, err := r.authorizeSource(ctx, target)
+			verdict, err := r.authorizeSource(ctx, target)
 			if err != nil {
 				return ctrl.Result{}, fmt.Errorf("authorising the source of %s: %w", target.Name, err)
 			}
-			if !allowed {
+			if verdict.Pending {
+				return ctrl.Result{RequeueAfter: sourceAuthPoll}, r.awaitSource(ctx, target, verdict.Message)
+			}
+			if msg := verdict.Message; !verdict.Allowed {
 				if f.Prime != nil && CleansWhenRefused(target) {
 					// Allowed before, refused now: the grant was revoked
 					// mid-flow. What was copied under it goes.
@@ -254,16 +257,17 @@ func (r *Reconciler) primeKey(target *corev1.PersistentVolumeClaim) types.Namesp
 
 // authorizeSource asks the kind, or else the ReferenceGrants, whether target
 // may use a source in another namespace. Nothing there is read before.
-func (r *Reconciler) authorizeSource(ctx context.Context, target *corev1.PersistentVolumeClaim) (bool, string, error) {
+func (r *Reconciler) authorizeSource(ctx context.Context, target *corev1.PersistentVolumeClaim) (SourceVerdict, error) {
 	if a, ok := r.Kind.(SourceAuthorizer); ok {
 		return a.AuthorizeSource(ctx, target)
 	}
 	if r.Grants == nil {
 		ref := target.Spec.DataSourceRef
-		return false, fmt.Sprintf("%s %s/%s is in another namespace than the claim, and this controller checks no ReferenceGrants: cross-namespace sources are refused",
-			ref.Kind, SourceNamespace(target), ref.Name), nil
+		return SourceVerdict{Message: fmt.Sprintf("%s %s/%s is in another namespace than the claim, and this controller checks no ReferenceGrants: cross-namespace sources are refused",
+			ref.Kind, SourceNamespace(target), ref.Name)}, nil
 	}
-	return r.Grants.Allowed(ctx, target)
+	allowed, msg, err := r.Grants.Allowed(ctx, target)
+	return SourceVerdict{Allowed: allowed, Message: msg}, err
 }
 
 // revoke undoes a population whose cross-namespace source is refused after
@@ -314,6 +318,18 @@ func RevokedMessage(refusal string, prime *corev1.PersistentVolumeClaim) string 
 		return msg
 	}
 	return refusal + "; " + msg
+}
+
+// ReasonSourcePending is the running condition's reason while a
+// cross-namespace source waits for an authorisation already under way.
+const ReasonSourcePending = "SourceAuthorizationPending"
+
+// awaitSource says on the claim what its source waits for: the running
+// condition only, no event, since nothing is wrong.
+func (r *Reconciler) awaitSource(ctx context.Context, target *corev1.PersistentVolumeClaim, msg string) error {
+	return patchAnnotations(ctx, r.Client, target, map[string]string{
+		cdiv1.AnnRunningCondition: "false", cdiv1.AnnRunningConditionReason: ReasonSourcePending, cdiv1.AnnRunningConditionMessage: msg,
+	})
 }
 
 // refuseSource tells the user why a cross-namespace source is not used: an

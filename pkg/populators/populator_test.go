@@ -62,8 +62,8 @@ func (k *recordingKind) GetSource(ctx context.Context, key types.NamespacedName)
 
 type authorizingKind struct{ *recordingKind }
 
-func (k authorizingKind) AuthorizeSource(context.Context, *corev1.PersistentVolumeClaim) (bool, string, error) {
-	return true, "", nil
+func (k authorizingKind) AuthorizeSource(context.Context, *corev1.PersistentVolumeClaim) (SourceVerdict, error) {
+	return SourceVerdict{Allowed: true}, nil
 }
 
 // populatorFixture is a CSI class, a blank VolumeImportSource in namespace

@@ -283,7 +283,9 @@ func TestCrossNamespaceCloneIgnoresRetainAndPriority(t *testing.T) {
 	nsSrc, nsTgt, installNS := newNamespace(t), newNamespace(t), newNamespace(t)
 	className := nsSrc + "-csi"
 	cloneClass(t, className)
-	keys, err := token.EnsureSigningKeySecret(ctx, k8sClient, installNS, token.DefaultSigningKeySecretName)
+	// The controller's own key for extended tokens: a claim takes only an
+	// extended token bound to its UID, as a DataVolume's controller adds.
+	extKeys, err := token.EnsureSigningKeySecret(ctx, k8sClient, installNS, controller.DefaultExtendedTokenKeySecret)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,11 +295,12 @@ func TestCrossNamespaceCloneIgnoresRetainAndPriority(t *testing.T) {
 	target := kit.PVC(nsTgt, "disk", "1Gi", kit.Class(className), kit.SourceRef(cdiv1.VolumeCloneSourceRef, "vcs"),
 		kit.Annotate(map[string]string{cdiv1.AnnDataSourceNamespace: nsSrc, cdiv1.AnnPodRetainAfterCompletion: "true", cdiv1.AnnPriorityClassName: "tenant-high"}))
 	mustCreate(t, k8sClient, target)
-	short, err := token.NewGenerator(token.CloneTokenIssuer, keys.Private, 5*time.Minute).Generate(token.NewClonePayload(token.ResourcePVC, nsSrc, "golden", nsTgt, "disk"))
+	ext, err := token.NewGenerator(token.ExtendedCloneTokenIssuer, extKeys.Private, token.DefaultExtendedCloneTokenLifetime).
+		Generate(token.WithUID(token.NewClonePayload(token.ResourcePVC, nsSrc, "golden", nsTgt, "disk"), string(target.UID)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	patchAnnotations(t, k8sClient, target, map[string]string{cdiv1.AnnCloneToken: short})
+	patchAnnotations(t, k8sClient, target, map[string]string{cdiv1.AnnExtendedCloneToken: ext})
 	prime := &corev1.PersistentVolumeClaim{}
 	primeKey := types.NamespacedName{Namespace: nsSrc, Name: clone.TmpClaimName(target.UID)}
 	kit.Until(t, 40*time.Second, "the prime in the source's namespace", func() bool { return k8sClient.Get(ctx, primeKey, prime) == nil })
