@@ -1,8 +1,13 @@
 package controller
 
 import (
+	"errors"
+	"fmt"
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/tools/cache"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 
@@ -22,6 +27,41 @@ func managerCache(installNS string) ctrlcache.Options {
 	opts.DefaultTransform = ctrlcache.TransformStripManagedFields()
 	opts.ByObject[&corev1.Pod{}] = ctrlcache.ByObject{Transform: podTransform}
 	return opts
+}
+
+// cacheNamespaces is the cache's DefaultNamespaces for ManagerOptions'
+// Namespaces (only) and ExcludeNamespaces (exclude): nil, every namespace,
+// when neither is set; the ones named in only and the install namespace;
+// or every namespace but the excluded ones, through a field selector on
+// metadata.namespace. Pure.
+func cacheNamespaces(installNS string, only, exclude []string) (map[string]ctrlcache.Config, error) {
+	if len(only) > 0 && len(exclude) > 0 {
+		return nil, errors.New("the manager's Namespaces and ExcludeNamespaces options exclude each other: set one")
+	}
+	if slices.Contains(only, "") || slices.Contains(exclude, "") {
+		return nil, errors.New("an empty namespace name in the manager's Namespaces or ExcludeNamespaces")
+	}
+	switch {
+	case len(only) > 0:
+		out := map[string]ctrlcache.Config{}
+		for _, ns := range append(slices.Clone(only), installNS) {
+			if ns != "" {
+				out[ns] = ctrlcache.Config{}
+			}
+		}
+		return out, nil
+	case len(exclude) > 0:
+		if slices.Contains(exclude, installNS) {
+			return nil, fmt.Errorf("the manager cannot leave out its own install namespace %s", installNS)
+		}
+		sorted := slices.Sorted(slices.Values(exclude))
+		sels := make([]fields.Selector, 0, len(sorted))
+		for _, ns := range slices.Compact(sorted) {
+			sels = append(sels, fields.OneTermNotEqualSelector("metadata.namespace", ns))
+		}
+		return map[string]ctrlcache.Config{ctrlcache.AllNamespaces: {FieldSelector: fields.AndSelectors(sels...)}}, nil
+	}
+	return nil, nil
 }
 
 // podTransform keeps worker pods whole (without managedFields) and others

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -122,5 +123,54 @@ func TestPodTransformKeepsWorkersWhole(t *testing.T) {
 	// Anything else (a tombstone) passes through the default transform.
 	if out, err := podTransform("x"); err != nil || out != "x" {
 		t.Errorf("podTransform(string) = %v, %v", out, err)
+	}
+}
+
+func TestCacheNamespaces(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		install       string
+		only, exclude []string
+		want          map[string]string // namespace → field selector
+		wantErr       string
+	}{
+		{name: "every namespace", install: "kubefill"},
+		{name: "only some, and the install namespace", install: "kubefill", only: []string{"a", "b"},
+			want: map[string]string{"a": "", "b": "", "kubefill": ""}},
+		{name: "only some, no install namespace", only: []string{"a"}, want: map[string]string{"a": ""}},
+		{name: "all but some", install: "kubefill", exclude: []string{"b", "a", "b"},
+			want: map[string]string{"": "metadata.namespace!=a,metadata.namespace!=b"}},
+		{name: "both", only: []string{"a"}, exclude: []string{"b"}, wantErr: "exclude each other"},
+		{name: "an empty name", exclude: []string{""}, wantErr: "empty namespace name"},
+		{name: "its own install namespace left out", install: "kubefill", exclude: []string{"kubefill"}, wantErr: "its own install namespace kubefill"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := cacheNamespaces(tc.install, tc.only, tc.exclude)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one saying %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(tc.want) || (tc.want == nil) != (got == nil) {
+				t.Fatalf("namespaces %v, want %v", got, tc.want)
+			}
+			for ns, sel := range tc.want {
+				cfg, ok := got[ns]
+				if !ok {
+					t.Fatalf("namespace %q not cached: %v", ns, got)
+				}
+				have := ""
+				if cfg.FieldSelector != nil {
+					have = cfg.FieldSelector.String()
+				}
+				if have != sel {
+					t.Errorf("namespace %q field selector %q, want %q", ns, have, sel)
+				}
+			}
+		})
 	}
 }

@@ -73,6 +73,18 @@ type ManagerOptions struct {
 	CertPoll time.Duration
 	// SkipNameValidation lets tests run several managers in one process.
 	SkipNameValidation bool
+	// Namespaces, when set, limits the manager to these namespaces and the
+	// install namespace: it caches, and so reconciles, the namespaced
+	// objects of these only, and runs none of the controllers of
+	// cluster-scoped objects (StorageProfiles, CDIConfig, the CDI resource,
+	// the VolumePopulator registrations), which a cluster-wide manager
+	// keeps. It is for a second controller beside one that leaves these
+	// namespaces out (ExcludeNamespaces), as the e2e tests that stop and
+	// restart a controller run one.
+	Namespaces []string
+	// ExcludeNamespaces leaves the namespaced objects of these namespaces to
+	// another manager (see Namespaces); not together with Namespaces.
+	ExcludeNamespaces []string
 	// Version is this build's version, reported on the CDI resource
 	// (operatorVersion, targetVersion, observedVersion).
 	Version string
@@ -89,8 +101,17 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
 	if installNS == "" {
 		installNS = os.Getenv("POD_NAMESPACE")
 	}
+	namespaces, err := cacheNamespaces(installNS, opts.Namespaces, opts.ExcludeNamespaces)
+	if err != nil {
+		return nil, err
+	}
+	// A manager limited to some namespaces leaves cluster-scoped objects to
+	// the cluster-wide one.
+	clusterWide := len(opts.Namespaces) == 0
+	cacheOpts := managerCache(installNS)
+	cacheOpts.DefaultNamespaces = namespaces
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Cache:                   managerCache(installNS),
+		Cache:                   cacheOpts,
 		Scheme:                  NewScheme(),
 		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsBindAddress},
 		HealthProbeBindAddress:  opts.HealthProbeBindAddress,
@@ -120,19 +141,9 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
 			}
 		}
 	}
-	profiles := &StorageProfileReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("storageprofile-controller")}
-	if err := profiles.SetupWithManager(mgr); err != nil {
-		return nil, fmt.Errorf("registering the StorageProfile controller: %w", err)
-	}
-	configs := &CDIConfigReconciler{Client: mgr.GetClient(), UploadProxyURL: opts.UploadProxyURL, Recorder: mgr.GetEventRecorder("cdiconfig-controller")}
-	if err := configs.SetupWithManager(mgr); err != nil {
-		return nil, fmt.Errorf("registering the CDIConfig controller: %w", err)
-	}
-	if installNS != "" {
-		cdis := &CDIReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("cdi-operator"),
-			Namespace: installNS, Version: versionOr(opts.Version)}
-		if err := cdis.SetupWithManager(mgr); err != nil {
-			return nil, fmt.Errorf("registering the CDI controller: %w", err)
+	if clusterWide {
+		if err := setupClusterScoped(mgr, opts, installNS); err != nil {
+			return nil, err
 		}
 	}
 	tokens, err := cloneTokens(cfg, mgr, opts, installNS)
@@ -193,8 +204,10 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
 		}
 		return nil
 	})
-	if err := mgr.Add(register); err != nil {
-		return nil, fmt.Errorf("adding VolumePopulator registration: %w", err)
+	if clusterWide {
+		if err := mgr.Add(register); err != nil {
+			return nil, fmt.Errorf("adding VolumePopulator registration: %w", err)
+		}
 	}
 	if installNS != "" {
 		// CDI's certificate chains, kept and rotated in the install namespace
@@ -208,6 +221,28 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
 		}
 	}
 	return mgr, nil
+}
+
+// setupClusterScoped registers the controllers of cluster-scoped objects:
+// StorageProfiles, the CDIConfig and, with an install namespace, the CDI
+// resource.
+func setupClusterScoped(mgr ctrl.Manager, opts ManagerOptions, installNS string) error {
+	profiles := &StorageProfileReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("storageprofile-controller")}
+	if err := profiles.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("registering the StorageProfile controller: %w", err)
+	}
+	configs := &CDIConfigReconciler{Client: mgr.GetClient(), UploadProxyURL: opts.UploadProxyURL, Recorder: mgr.GetEventRecorder("cdiconfig-controller")}
+	if err := configs.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("registering the CDIConfig controller: %w", err)
+	}
+	if installNS != "" {
+		cdis := &CDIReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("cdi-operator"),
+			Namespace: installNS, Version: versionOr(opts.Version)}
+		if err := cdis.SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("registering the CDI controller: %w", err)
+		}
+	}
+	return nil
 }
 
 // populatorKinds are the populator kinds the manager runs. The
