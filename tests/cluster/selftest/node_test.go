@@ -1,4 +1,4 @@
-package e2e
+package selftest
 
 import (
 	"context"
@@ -21,6 +21,7 @@ import (
 // downward API, and secret, configmap, downward API, emptyDir and projected
 // service-account volumes, as a kubelet provides them.
 func TestPodEnvAndVolumes(t *testing.T) {
+	t.Parallel()
 	ns := newNamespace(t)
 	ctx := context.Background()
 	if _, err := cl.Client.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
@@ -85,6 +86,7 @@ func TestPodEnvAndVolumes(t *testing.T) {
 // (restartCount grows) and its last termination keeps the exit code and
 // message; under Never a failure fails the pod with that exit code.
 func TestPodRestartAndExitCode(t *testing.T) {
+	t.Parallel()
 	ns := newNamespace(t)
 	// Fails on its first run, succeeds on its second: the emptyDir outlives
 	// the container's restarts.
@@ -136,6 +138,7 @@ func TestPodRestartAndExitCode(t *testing.T) {
 // registry name points at a closed loopback port): the pod stays Pending,
 // waiting with ErrImagePull or ImagePullBackOff.
 func TestUnknownImage(t *testing.T) {
+	t.Parallel()
 	ns := newNamespace(t)
 	createPod(t, ns, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "unknown"},
@@ -188,6 +191,7 @@ func podReady(p *corev1.Pod) bool {
 // the host and from another pod, its HTTP readiness probe makes it Ready,
 // an exec probe works, and deletion stops it within its grace period.
 func TestPodNetworkAndReadiness(t *testing.T) {
+	t.Parallel()
 	ns := newNamespace(t)
 	createPod(t, ns, serverPod("server"))
 	start := time.Now()
@@ -262,6 +266,7 @@ func TestPodNetworkAndReadiness(t *testing.T) {
 // killed and restarted, and the pod's status shows the restart and how the
 // killed run ended.
 func TestLivenessProbeRestarts(t *testing.T) {
+	t.Parallel()
 	ns := newNamespace(t)
 	createPod(t, ns, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "liveness"},
@@ -296,6 +301,7 @@ func TestLivenessProbeRestarts(t *testing.T) {
 // applies them: the process's ids, and a PVC and an emptyDir writable
 // through the fsGroup; runAsNonRoot without a user is refused.
 func TestSecurityContext(t *testing.T) {
+	t.Parallel()
 	ns := newNamespace(t)
 	createPVC(t, ns, pvcSpec("owned", "kubefill-hostpath", "16Mi", corev1.PersistentVolumeFilesystem))
 	waitPVCPhase(t, ns, "owned", corev1.ClaimBound, time.Minute)

@@ -1,4 +1,4 @@
-package e2e
+package selftest
 
 import (
 	"context"
@@ -24,6 +24,7 @@ const annSelectedNode = "volume.kubernetes.io/selected-node"
 // the real external-provisioner through our CSI driver and bound by the real
 // PV controller, in both volume modes.
 func TestImmediateClassBinds(t *testing.T) {
+	t.Parallel()
 	ns := newNamespace(t)
 	for _, mode := range []corev1.PersistentVolumeMode{corev1.PersistentVolumeFilesystem, corev1.PersistentVolumeBlock} {
 		name := "imm-" + map[corev1.PersistentVolumeMode]string{corev1.PersistentVolumeFilesystem: "fs", corev1.PersistentVolumeBlock: "block"}[mode]
@@ -52,6 +53,7 @@ func TestImmediateClassBinds(t *testing.T) {
 // sets volume.kubernetes.io/selected-node, the provisioner provisions, and
 // the pod runs with the volume.
 func TestWaitForFirstConsumer(t *testing.T) {
+	t.Parallel()
 	ns := newNamespace(t)
 	createPVC(t, ns, pvcSpec("wffc", cluster.StorageClassWFFC, "16Mi", corev1.PersistentVolumeFilesystem))
 	time.Sleep(2 * time.Second)
@@ -74,6 +76,7 @@ func TestWaitForFirstConsumer(t *testing.T) {
 // TestPodWritesSecondPodReads: bytes a pod writes into a PVC are what a
 // second pod reads back, for both volume modes.
 func TestPodWritesSecondPodReads(t *testing.T) {
+	t.Parallel()
 	ns := newNamespace(t)
 	for _, block := range []bool{false, true} {
 		mode, suffix := corev1.PersistentVolumeFilesystem, "fs"
@@ -106,6 +109,7 @@ func dynamicClient(t *testing.T) dynamic.Interface {
 // through the real snapshot-controller and csi-snapshotter, and a PVC
 // restored from it holds the same bytes.
 func TestSnapshotRestore(t *testing.T) {
+	t.Parallel()
 	ns := newNamespace(t)
 	createPVC(t, ns, pvcSpec("source", cluster.StorageClassImmediate, "16Mi", corev1.PersistentVolumeFilesystem))
 	waitPVCPhase(t, ns, "source", corev1.ClaimBound, time.Minute)
@@ -162,6 +166,7 @@ func TestSnapshotRestore(t *testing.T) {
 // TestClone: a PVC cloned from a PVC (dataSource PersistentVolumeClaim)
 // holds the same bytes, block mode included.
 func TestClone(t *testing.T) {
+	t.Parallel()
 	ns := newNamespace(t)
 	for _, block := range []bool{false, true} {
 		mode, suffix := corev1.PersistentVolumeFilesystem, "fs"
@@ -189,6 +194,7 @@ func TestClone(t *testing.T) {
 // a kind no provisioner serves, waits; moving the PV's claimRef to the
 // target leaves the prime Lost and the target Bound to the same bytes.
 func TestPopulatorRebind(t *testing.T) {
+	t.Parallel()
 	ns := newNamespace(t)
 	createPVC(t, ns, pvcSpec("prime", cluster.StorageClassImmediate, "16Mi", corev1.PersistentVolumeFilesystem))
 	prime := waitPVCPhase(t, ns, "prime", corev1.ClaimBound, time.Minute)

@@ -1,4 +1,4 @@
-package e2e
+package selftest
 
 import (
 	"context"
@@ -42,6 +42,7 @@ func staticPV(t *testing.T, class string) *corev1.PersistentVolume {
 
 // TestStaticBinding: the real PV controller binds a PVC to a matching PV.
 func TestStaticBinding(t *testing.T) {
+	t.Parallel()
 	ns := newNamespace(t)
 	class := "static-" + ns
 	pv := staticPV(t, class)
@@ -86,6 +87,7 @@ func rebindPV(t *testing.T, pvName string, target *corev1.PersistentVolumeClaim)
 // the first Lost and the second Bound to that PV, done by the real PV
 // controller alone.
 func TestStaticRebind(t *testing.T) {
+	t.Parallel()
 	ns := newNamespace(t)
 	class := "static-" + ns
 	pv := staticPV(t, class)
