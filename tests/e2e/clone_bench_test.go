@@ -54,7 +54,7 @@ func TestCloneBenchmark(t *testing.T) {
 	if os.Getenv("KUBEFILL_BENCH_CLONE") == "" {
 		t.Skip("a benchmark: set KUBEFILL_BENCH_CLONE=1 (make bench-clone)")
 	}
-	s := startCloneStack(t)
+	s := shared
 	copyClass := s.cloneClass(t, classOpts{strategy: cdiv1.CloneStrategyHostAssisted})
 	snapClass := s.cloneClass(t, classOpts{strategy: cdiv1.CloneStrategySnapshot})
 	csiClass := s.cloneClass(t, classOpts{strategy: cdiv1.CloneStrategyCsiClone})

@@ -22,13 +22,14 @@ import (
 const shortCloneTokenLifetime = 3 * time.Second
 
 // TestCloneFaults runs the clones that must survive something going wrong,
-// one after another with one admission server (its clone tokens last
-// shortCloneTokenLifetime) and one controller that the kill subtests
-// replace: the controller killed mid-clone for each strategy, a clone whose
+// one after another with an admission server of their own (its clone
+// tokens last shortCloneTokenLifetime) and a controller of their own,
+// limited to their namespaces, that the kill subtests replace: the controller killed mid-clone for each strategy, a clone whose
 // source appears after its short token expired (CDI #2777), and a clone
 // into a WaitForFirstConsumer class that says what it waits for.
 func TestCloneFaults(t *testing.T) {
-	s := startCloneStack(t, "--clone-token-lifetime="+shortCloneTokenLifetime.String())
+	parallel(t)
+	s := startOwnCloneStack(t, "--clone-token-lifetime="+shortCloneTokenLifetime.String())
 	start := time.Now()
 	t.Run("SourceAfterShortTokenExpired", func(t *testing.T) {
 		// Any strategy: the token is checked before the source is read.

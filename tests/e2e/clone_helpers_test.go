@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v6/apis/volumesnapshot/v1"
-	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -23,11 +21,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
-	"github.com/kubefill/kubefill/pkg/controller"
 	"github.com/kubefill/kubefill/tests/cluster"
 	"github.com/kubefill/kubefill/tests/csi/hostpath"
 	"github.com/kubefill/kubefill/tests/kit"
@@ -37,75 +32,21 @@ import (
 // and `kubefill apiserver` with its admission webhooks (the mutating one
 // authorises the clone for the requesting user and adds the clone token)
 // for the namespaces the stack makes, and a client that also knows the
-// snapshot API.
+// snapshot API. Most tests use the shared one; a test that restarts its
+// controller starts one of its own (startOwnCloneStack).
 type cloneStack struct {
 	c         client.Client
 	adm       *cluster.Admission
 	installNS string
-	// stopController ends the stack's controller manager (see restartController).
+	// svc are the shared stack's upload services (nil in an own stack).
+	svc *cluster.UploadServices
+	// own hands out an own stack's namespaces (nil in the shared one).
+	own *ownNames
+	// stopController ends an own stack's controller manager (see restartController).
 	stopController func()
-	// t is the test the stack was started for: a restarted controller lives
-	// as long as it, not only as long as the subtest that restarted it.
+	// t is the test an own stack was started for: a restarted controller
+	// lives as long as it, not only as long as the subtest that restarted it.
 	t *testing.T
-}
-
-// startCloneStack starts the webhooks first (they create the token signing
-// key), then the controller, configured to validate clone tokens with the
-// key's public half. admissionArgs go to `kubefill apiserver`.
-func startCloneStack(t *testing.T, admissionArgs ...string) *cloneStack {
-	t.Helper()
-	installNS := newNamespace(t)
-	t.Setenv("POD_NAMESPACE", installNS)
-	label := "kubefill-clone-e2e-" + randomSuffix()
-	adm, err := cl.StartAdmission(testContext(t, 2*time.Minute), installNS, label, admissionArgs...)
-	if err != nil {
-		t.Fatalf("starting the admission webhooks: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := adm.Stop(); err != nil {
-			t.Errorf("stopping the admission webhooks: %v", err)
-		}
-	})
-	s := &cloneStack{adm: adm, installNS: installNS, t: t}
-	s.startController()
-	scheme := controller.NewScheme()
-	if err := snapshotv1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if s.c, err = client.New(cl.Config, client.Options{Scheme: scheme}); err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
-// startController runs Kubefill's controller manager for the stack (see
-// startKubefill), configured with the admission server's token keys.
-func (s *cloneStack) startController() {
-	s.t.Helper()
-	quietLogs.Do(func() {
-		ctrllog.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
-	})
-	_, s.stopController = startManager(s.t, cloneTokenKeys(s.adm))
-}
-
-// restartController stops the stack's controller manager (its reconciles'
-// requests are cancelled mid-way), waits down, and starts a new one, as a
-// controller pod killed and replaced would be.
-func (s *cloneStack) restartController(down time.Duration) {
-	s.stopController()
-	time.Sleep(down)
-	s.startController()
-}
-
-// cloneTokenKeys configures the controller to validate clone tokens with
-// the signing key the admission server made, read from its public half in
-// a directory as a Deployment mounts it (--token-key-dir), in the install
-// namespace both share.
-func cloneTokenKeys(adm *cluster.Admission) func(*controller.ManagerOptions) {
-	return func(o *controller.ManagerOptions) {
-		o.InstallNamespace = adm.InstallNamespace
-		o.TokenKeyDir = adm.SigningKeyDir
-	}
 }
 
 func randomSuffix() string {
@@ -114,10 +55,15 @@ func randomSuffix() string {
 	return hex.EncodeToString(b)
 }
 
-// namespace creates a namespace the webhooks see, deleted after the test.
+// namespace creates a namespace the webhooks see, deleted after the test:
+// named from prefix, or the next of an own stack's namespaces.
 func (s *cloneStack) namespace(t *testing.T, prefix string) string {
 	t.Helper()
-	return createNamespace(t, prefix+"-", map[string]string{s.adm.NamespaceLabel: "true"})
+	labels := map[string]string{s.adm.NamespaceLabel: "true"}
+	if s.own != nil {
+		return createOwnNamespace(t, s.own.take(t), labels)
+	}
+	return createNamespace(t, prefix+"-", labels)
 }
 
 // classOpts are what a test StorageClass differs in.

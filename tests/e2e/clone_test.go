@@ -36,14 +36,16 @@ func modeName(block bool) string {
 	return "Filesystem"
 }
 
-// TestCloneDataVolumes runs Kubefill's clones on the local cluster, with one
-// controller and one admission server for all its subtests. The "parallel"
-// group's subtests each use namespaces and StorageClasses of their own and
-// run side by side (go test's -parallel); the last two change cluster-wide
-// settings (the CDI override, the snapshot classes) and run alone after
-// them. Every clone's bytes are checked with sha256 through a pod.
+// TestCloneDataVolumes runs Kubefill's clones on the local cluster, on the
+// shared stack. The "parallel" group's subtests each use namespaces and
+// StorageClasses of their own and run side by side (go test's -parallel),
+// with the other tests; the last two change cluster-wide settings (the CDI
+// override, the snapshot classes) and run alone after them (alone: no other
+// test runs meanwhile). Every clone's bytes are checked with sha256
+// through a pod.
 func TestCloneDataVolumes(t *testing.T) {
-	s := startCloneStack(t)
+	t.Parallel()
+	s := shared
 	start := time.Now()
 	// One class per strategy, forced through its StorageProfile.
 	classes := map[cdiv1.CDICloneStrategy]string{}
@@ -73,8 +75,8 @@ func TestCloneDataVolumes(t *testing.T) {
 			t.Run("TwentyAtOnce/"+string(st), func(t *testing.T) { t.Parallel(); s.testTwenty(t, classes[st], st) })
 		}
 	})
-	t.Run("CDICloneStrategyOverride", func(t *testing.T) { s.testOverride(t) })
-	t.Run("NoVolumeSnapshotClass", func(t *testing.T) { s.testNoSnapshotClass(t, classes[cdiv1.CloneStrategySnapshot]) })
+	t.Run("CDICloneStrategyOverride", func(t *testing.T) { alone(t); s.testOverride(t) })
+	t.Run("NoVolumeSnapshotClass", func(t *testing.T) { alone(t); s.testNoSnapshotClass(t, classes[cdiv1.CloneStrategySnapshot]) })
 	t.Logf("clone tests took %s", time.Since(start).Round(time.Millisecond))
 }
 

@@ -27,7 +27,8 @@ import (
 // no temporary claim, pod or volume of the copy is left; deleting the
 // DataVolume then leaves nothing, its finalizers released.
 func TestDeleteSourceNamespaceMidClone(t *testing.T) {
-	s := startCloneStack(t)
+	parallel(t)
+	s := shared
 	ctx := context.Background()
 	st := cdiv1.CloneStrategyHostAssisted
 	class := s.cloneClass(t, classOpts{strategy: st})

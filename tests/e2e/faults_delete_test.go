@@ -99,7 +99,8 @@ func waitGoneAfterDelete(t *testing.T, c client.Client, ns, prime, volume string
 // made again by the DataVolume, whose import starts over on a new prime and
 // ends with the image's bytes; nothing of the first attempt is left.
 func TestDeleteTargetClaimMidImport(t *testing.T) {
-	c := startKubefill(t)
+	parallel(t)
+	c := shared.c
 	dir := t.TempDir()
 	name := rawImage(t, dir, 24<<20)
 	want := testimg.FileSHA256(t, dir+"/"+name)

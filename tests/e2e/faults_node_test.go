@@ -94,6 +94,7 @@ func TestCSINodePluginRestartMidImport(t *testing.T) {
 // TestImporterPodDeletedMidImport deletes the importer pod by hand: the
 // controller makes a new one, which imports the whole image again.
 func TestImporterPodDeletedMidImport(t *testing.T) {
+	parallel(t)
 	importThroughFault(t, func(t *testing.T, ctx context.Context, c client.Client, ns string) string {
 		pod := runningImporter(t, c, ns)
 		start := time.Now()
@@ -144,7 +145,7 @@ func runningImporter(t *testing.T, c client.Client, ns string) *corev1.Pod {
 func importThroughFault(t *testing.T, inject func(t *testing.T, ctx context.Context, c client.Client, ns string) string) {
 	needRealNode(t)
 	ctx := testContext(t, 8*time.Minute)
-	c := startKubefill(t)
+	c := shared.c
 	ns := newNamespace(t)
 	dir := t.TempDir()
 	img := rawImage(t, dir, faultImageSize)

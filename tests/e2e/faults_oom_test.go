@@ -30,7 +30,7 @@ const oomLimit = "8Mi"
 // raises a Warning event; once the limit is raised the next attempt imports.
 func TestOOMKilledWorkerIsExplained(t *testing.T) {
 	needRealNode(t)
-	c := startKubefill(t)
+	c := shared.c
 	restore := setPodLimitsUntil(t, c, oomLimit)
 	ns := newNamespace(t)
 	dir := t.TempDir()

@@ -13,7 +13,6 @@ import (
 	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v6/apis/volumesnapshot/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -43,32 +42,6 @@ func goldenDisk(i int) (disk []byte, sha string) {
 	}
 	sum := sha256.Sum256(disk)
 	return disk, hex.EncodeToString(sum[:])
-}
-
-// pollerAccount makes the poller's ServiceAccount in the install namespace
-// with what manifests/install/poller-rbac.yaml grants it.
-func pollerAccount(t *testing.T, c client.Client, installNS string) {
-	t.Helper()
-	ctx := context.Background()
-	name := "kubefill-cronjob-" + installNS
-	objs := []client.Object{
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: installNS, Name: controller.DefaultPollerServiceAccount}},
-		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{cdiv1.GroupName}, Resources: []string{"dataimportcrons"}, Verbs: []string{"get", "patch"}}}},
-		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
-			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
-			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: installNS, Name: controller.DefaultPollerServiceAccount}}},
-	}
-	for _, o := range objs {
-		if err := c.Create(ctx, o); err != nil {
-			t.Fatalf("creating the poller's %T: %v", o, err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, o := range objs[1:] {
-			_ = c.Delete(context.Background(), o)
-		}
-	})
 }
 
 // goldenCron is a cron polling url every minute into DataSource ds.
@@ -101,21 +74,24 @@ func kubevirtDataVolume(ns, name string, vm *corev1.ConfigMap, dsNs, ds, class s
 	return dv
 }
 
-// registryCA puts the registry's CA in ConfigMap registry-ca where the
-// importer (the cron's namespace) and the poller (the install namespace, as
-// CDI's poller) mount it.
-func registryCA(t *testing.T, s *cloneStack, reg *registry.Server, ns string) {
+// registryCA puts the registry's CA in a ConfigMap where the importer (the
+// cron's namespace) and the poller (the install namespace, as CDI's poller)
+// mount it, and returns its name: one of the test's own, since the install
+// namespace is shared and each test's registry has a CA of its own.
+func registryCA(t *testing.T, s *cloneStack, reg *registry.Server, ns string) string {
 	t.Helper()
+	name := "registry-ca-" + randomSuffix()
 	for _, n := range []string{ns, s.installNS} {
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: n, Name: "registry-ca"}, Data: map[string]string{"ca.crt": string(reg.CAPEM)}}
-		if err := s.c.Create(context.Background(), cm); err != nil && !apierrors.IsAlreadyExists(err) {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: n, Name: name}, Data: map[string]string{"ca.crt": string(reg.CAPEM)}}
+		if err := s.c.Create(context.Background(), cm); err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { _ = s.c.Delete(context.Background(), cm) })
 	}
+	return name
 }
 
-// createCron creates a cron and deletes it when the test ends, before the
-// controller stops: the next test's controller must not poll it.
+// createCron creates a cron and deletes it when the test ends.
 func (s *cloneStack) createCron(t *testing.T, cron *cdiv1.DataImportCron) {
 	t.Helper()
 	s.create(t, cron)
@@ -218,21 +194,21 @@ func runCronJobNow(t *testing.T, c client.Client, ns, name string) {
 // the cron's instancetype labels reach the DataSource; retentionPolicy None
 // removes everything with the cron.
 func TestGoldenImageCron(t *testing.T) {
-	s := startCloneStack(t)
+	parallel(t)
+	s := shared
 	ctx := context.Background()
-	pollerAccount(t, s.c, s.installNS)
 	gw, err := cl.GatewayAddress()
 	if err != nil {
 		t.Fatal(err)
 	}
 	reg := registry.Start(t, registry.Options{Address: gw, TLS: true})
 	golden, vms := s.namespace(t, "golden"), s.namespace(t, "vms")
-	registryCA(t, s, reg, golden)
+	ca := registryCA(t, s, reg, golden)
 	const repo = "containerdisks/tiny:latest"
 	disk1, sha1 := goldenDisk(1)
 	d1 := reg.PushDisk(t, repo, disk1)
 
-	cron := goldenCron(golden, "tiny-image-cron", "tiny", reg.URL(repo), "registry-ca", cluster.StorageClassImmediate)
+	cron := goldenCron(golden, "tiny-image-cron", "tiny", reg.URL(repo), ca, cluster.StorageClassImmediate)
 	cron.Labels = map[string]string{cdiv1.LabelDefaultPreference: "tiny.small", cdiv1.LabelDefaultInstancetype: "u1.small"}
 	cron.Spec.ImportsToKeep = ptr.To[int32](2)
 	cron.Spec.RetentionPolicy = ptr.To(cdiv1.DataImportCronRetainNone)
@@ -389,9 +365,9 @@ func TestGoldenImageCron(t *testing.T) {
 // snapshot; a KubeVirt-shaped DataVolume made while the snapshot is not
 // ready waits, saying so, then clones from it.
 func TestGoldenImageSnapshotFormat(t *testing.T) {
-	s := startCloneStack(t)
+	parallel(t)
+	s := shared
 	ctx := context.Background()
-	pollerAccount(t, s.c, s.installNS)
 	gw, err := cl.GatewayAddress()
 	if err != nil {
 		t.Fatal(err)
@@ -412,10 +388,10 @@ func TestGoldenImageSnapshotFormat(t *testing.T) {
 		return ptr.Deref(p.Status.DataImportCronSourceFormat, "") == cdiv1.DataImportCronSourceFormatSnapshot, fmt.Sprintf("status %+v", p.Status), nil
 	})
 	golden, vms := s.namespace(t, "golden-snap"), s.namespace(t, "vms-snap")
-	registryCA(t, s, reg, golden)
+	ca := registryCA(t, s, reg, golden)
 	disk, sha := goldenDisk(7)
 	d := reg.PushDisk(t, "containerdisks/snap:1", disk)
-	cron := goldenCron(golden, "snap-cron", "snap", reg.URL("containerdisks/snap:1"), "registry-ca", class)
+	cron := goldenCron(golden, "snap-cron", "snap", reg.URL("containerdisks/snap:1"), ca, class)
 	cron.Labels = map[string]string{cdiv1.LabelDefaultPreference: "snap.pref"}
 	s.createCron(t, cron)
 	name := importName("snap", d)

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,7 +19,6 @@ import (
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 	"github.com/kubefill/kubefill/pkg/contract"
-	"github.com/kubefill/kubefill/pkg/controller"
 	"github.com/kubefill/kubefill/pkg/datapath/testimg"
 	"github.com/kubefill/kubefill/tests/cluster"
 	"github.com/kubefill/kubefill/tests/kit"
@@ -106,7 +104,8 @@ func runningCondition(dv *cdiv1.DataVolume) cdiv1.DataVolumeCondition {
 // waits in PendingPopulation until a pod wants the claim; then it is filled
 // on the chosen node and the consumer reads the image.
 func TestDataVolumeWaitsForFirstConsumer(t *testing.T) {
-	c := startKubefill(t)
+	parallel(t)
+	c := shared.c
 	ns := newNamespace(t)
 	dir := t.TempDir()
 	name, virtualSize, want := testImage(t, dir)
@@ -141,7 +140,8 @@ func TestDataVolumeWaitsForFirstConsumer(t *testing.T) {
 // names a host path each end Failed with a message that says what to fix,
 // an event, and no bound claim.
 func TestHostileAndMissingSourcesFail(t *testing.T) {
-	c := startKubefill(t)
+	parallel(t)
+	c := shared.c
 	ns := newNamespace(t)
 	dir := t.TempDir()
 	testimg.QemuImg(t, "create", "-f", "qcow2", "-b", "/etc/hostname", "-F", "raw", filepath.Join(dir, "overlay.qcow2"), "64M")
@@ -179,7 +179,8 @@ func TestHostileAndMissingSourcesFail(t *testing.T) {
 // DataVolume's progress takes at least three distinct values on the way,
 // never goes down, and shows 100% only once it has succeeded.
 func TestProgressRisesMonotonically(t *testing.T) {
-	c := startKubefill(t)
+	parallel(t)
+	c := shared.c
 	ns := newNamespace(t)
 	dir := t.TempDir()
 	name := rawImage(t, dir, 24<<20)
@@ -219,21 +220,23 @@ func TestProgressRisesMonotonically(t *testing.T) {
 
 // TestControllerRestartMidImport stops the controller while an import runs
 // and starts a new one: the import finishes, with one importer pod and one
-// prime, never two.
+// prime, never two. The controller is the test's own, limited to its own
+// namespace, which the shared one leaves alone.
 func TestControllerRestartMidImport(t *testing.T) {
-	ns := newNamespace(t)
+	parallel(t)
+	ns := createOwnNamespace(t, ownNamespaces(t.Name())[0], nil)
 	dir := t.TempDir()
 	name := rawImage(t, dir, 16<<20)
 	url := throttledServer(t, dir, 2<<20) + "/" + name
 
-	first, stopFirst := startManager(t)
+	first, stopFirst := startManager(t, inNamespaces(ns))
 	if err := first.Create(context.Background(), httpDV(ns, "restart", url, cluster.StorageClassImmediate)); err != nil {
 		t.Fatal(err)
 	}
 	kit.WaitDataVolume(t, first, ns, "restart", 2*time.Minute, func(dv *cdiv1.DataVolume) bool { return dv.Status.Phase == cdiv1.ImportInProgress })
 	stopFirst()
 	t.Log("controller stopped mid-import; starting a new one")
-	second, _ := startManager(t)
+	second, _ := startManager(t, inNamespaces(ns))
 
 	var maxPods, maxPrimes int
 	dv, seen := kit.WaitDataVolume(t, second, ns, "restart", 3*time.Minute, func(dv *cdiv1.DataVolume) bool {
@@ -253,7 +256,8 @@ func TestControllerRestartMidImport(t *testing.T) {
 // TestTwentyDataVolumesInParallel imports twenty images at once and prints
 // the wall time and this process's peak memory (controllers included).
 func TestTwentyDataVolumesInParallel(t *testing.T) {
-	c := startKubefill(t)
+	parallel(t)
+	c := shared.c
 	ns := newNamespace(t)
 	dir := t.TempDir()
 	name, _, _ := testImage(t, dir)
@@ -287,33 +291,6 @@ func TestTwentyDataVolumesInParallel(t *testing.T) {
 	t.Logf("20 DataVolumes imported in %s; test process (controllers in it) peak RSS %s", time.Since(start).Round(time.Millisecond), peakRSS())
 }
 
-// startManager runs a controller manager that can be stopped mid-test.
-func startManager(t *testing.T, configure ...func(*controller.ManagerOptions)) (client.Client, func()) {
-	t.Helper()
-	opts := controller.ManagerOptions{
-		MetricsBindAddress: "0", HealthProbeBindAddress: "0", SkipNameValidation: true,
-		WorkerImage: "kubefill/kubefill:e2e", WorkerPullPolicy: corev1.PullIfNotPresent,
-	}
-	for _, f := range configure {
-		f(&opts)
-	}
-	mgr, err := controller.NewManager(cl.Config, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	var once sync.Once
-	stop := func() { once.Do(func() { cancel(); <-done }) }
-	t.Cleanup(stop)
-	c, err := client.New(cl.Config, client.Options{Scheme: controller.NewScheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c, stop
-}
-
 func countWorkers(t *testing.T, c client.Client, ns string) (pods, primes int) {
 	t.Helper()
 	podList := &corev1.PodList{}
@@ -344,7 +321,8 @@ func peakRSS() string {
 // size gets its access modes and volume mode from the class's
 // StorageProfile, and its request grows by the filesystem overhead.
 func TestStorageSpecCompletedFromProfile(t *testing.T) {
-	c := startKubefill(t)
+	parallel(t)
+	c := shared.c
 	ns := newNamespace(t)
 	dv := kit.DataVolume(ns, "blank", kit.Blank(), kit.WithStorage(cluster.StorageClassImmediate, "64Mi"))
 	if err := c.Create(context.Background(), dv); err != nil {
@@ -377,7 +355,8 @@ func TestStorageSpecCompletedFromProfile(t *testing.T) {
 // TestVmdkImportThroughScratch imports a vmdk, which goes through the
 // importer's scratch space and qemu-img, and checks the bytes.
 func TestVmdkImportThroughScratch(t *testing.T) {
-	c := startKubefill(t)
+	parallel(t)
+	c := shared.c
 	ns := newNamespace(t)
 	dir := t.TempDir()
 	name, virtualSize, want := testImage(t, dir)
@@ -405,7 +384,8 @@ const deleteBound = 20 * time.Second
 // runs: the claim, the prime, the importer pod and the prime's volume all go,
 // promptly, and the interrupted importer reports failure, not success.
 func TestDeleteMidImportLeaksNothing(t *testing.T) {
-	c := startKubefill(t)
+	parallel(t)
+	c := shared.c
 	ns := newNamespace(t)
 	dir := t.TempDir()
 	name := rawImage(t, dir, 16<<20)

@@ -3,80 +3,25 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
-	"github.com/kubefill/kubefill/pkg/controller"
-	"github.com/kubefill/kubefill/pkg/datapath/testimg"
 	"github.com/kubefill/kubefill/tests/cluster"
 	"github.com/kubefill/kubefill/tests/kit"
 )
-
-var quietLogs sync.Once
-
-// startKubefill runs Kubefill's controller manager, from this checkout,
-// against the local cluster for one test (the cluster installed the CRDs).
-func startKubefill(t *testing.T, configure ...func(*controller.ManagerOptions)) client.Client {
-	t.Helper()
-	quietLogs.Do(func() {
-		// The controllers log their errors; the rest stays quiet.
-		ctrllog.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
-	})
-	c, _ := startManager(t, configure...)
-	return c
-}
 
 // imageServer serves dir over plain HTTP where pods can reach it: on the
 // host, at the pod network's gateway address.
 func imageServer(t *testing.T, dir string) string {
 	t.Helper()
 	return serveDir(t, dir, 0)
-}
-
-// testImage writes a compressed qcow2 with scattered data into dir and
-// returns its name, its virtual size and the sha256 of its raw contents as
-// qemu-img converts them.
-func testImage(t *testing.T, dir string) (name string, virtualSize int64, rawSHA string) {
-	t.Helper()
-	raw := filepath.Join(dir, "src.raw")
-	const size = 64 << 20
-	f, err := os.Create(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Truncate(size); err != nil {
-		t.Fatal(err)
-	}
-	chunk := make([]byte, 1<<20)
-	for i, off := range []int64{0, 5 << 20, 17 << 20, 40 << 20, size - 1<<20} {
-		for j := range chunk {
-			chunk[j] = byte((j*7 + i*131) ^ (j >> 9))
-		}
-		if _, err := f.WriteAt(chunk, off); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-	qcow := filepath.Join(dir, "disk.qcow2")
-	testimg.QemuImg(t, "convert", "-f", "raw", "-O", "qcow2", "-c", raw, qcow)
-	expected := filepath.Join(dir, "expected.raw")
-	testimg.QemuImg(t, "convert", "-f", "qcow2", "-O", "raw", qcow, expected)
-	return "disk.qcow2", size, testimg.FileSHA256(t, expected)
 }
 
 // claimSHA256 reads the first n bytes of a Filesystem claim's disk.img
@@ -96,7 +41,8 @@ func filesystemClaim(size string) *corev1.PersistentVolumeClaimSpec {
 // compressed qcow2 from an HTTP server; the claim ends Bound holding exactly
 // what qemu-img converts the image to, and no prime or importer is left.
 func TestDataVolumeImportsQcow2OverHTTP(t *testing.T) {
-	c := startKubefill(t)
+	parallel(t)
+	c := shared.c
 	ns := newNamespace(t)
 	dir := t.TempDir()
 	name, virtualSize, want := testImage(t, dir)
@@ -128,7 +74,8 @@ func TestDataVolumeImportsQcow2OverHTTP(t *testing.T) {
 // TestBarePVCWithVolumeImportSource fills a PVC that names a
 // VolumeImportSource directly, without a DataVolume.
 func TestBarePVCWithVolumeImportSource(t *testing.T) {
-	c := startKubefill(t)
+	parallel(t)
+	c := shared.c
 	ns := newNamespace(t)
 	dir := t.TempDir()
 	name, virtualSize, want := testImage(t, dir)
@@ -159,7 +106,8 @@ func TestBarePVCWithVolumeImportSource(t *testing.T) {
 // match: the DataVolume fails with the importer's message and an event, and
 // its claim never binds to the bad data.
 func TestWrongChecksumFailsClearly(t *testing.T) {
-	c := startKubefill(t)
+	parallel(t)
+	c := shared.c
 	ns := newNamespace(t)
 	dir := t.TempDir()
 	name, _, _ := testImage(t, dir)

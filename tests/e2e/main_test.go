@@ -1,16 +1,27 @@
 // Package e2e holds end-to-end tests against one real local cluster per
 // package run (see tests/cluster): real control plane, real CSI sidecars,
 // our hostpath CSI driver, and a real node: kubelet, containerd, kube-proxy
-// and CoreDNS running pods from images built here.
+// and CoreDNS running pods from images built here. One Kubefill stack
+// serves them all (shared, started by TestMain).
+//
+// Tests run side by side: each works in namespaces of its own and calls
+// parallel(t) (t.Parallel() and a share of clusterWide) first, except the
+// serial group, which change what every other test sees:
+//   - serialTests do not call t.Parallel(): go test runs a package's
+//     top-level tests that do not first, one at a time and in order, and
+//     only then the parallel ones (-parallel at once), so they never
+//     overlap anything;
+//   - the subtests in aloneSubtests are parts of a parallel test (whose
+//     other subtests run side by side with everything) that call alone(t):
+//     it waits until no other test runs and holds the others back until
+//     the subtest ends.
+//
+// TestEveryTestParallelOrSerial holds every test to this.
 package e2e
 
 import (
-	"context"
-	"fmt"
-	"log"
 	"os"
-	"os/signal"
-	"syscall"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,66 +31,58 @@ import (
 // cl is the cluster every test in this package shares.
 var cl *cluster.Cluster
 
-func TestMain(m *testing.M) {
-	os.Exit(runMain(m))
+// serialTests are the serial group, with what makes each one cluster-wide.
+var serialTests = map[string]string{
+	"TestKubeletRestartMidImport":       "restarts kubelet",
+	"TestContainerdRestartMidImport":    "restarts containerd",
+	"TestAPIServerRestartMidImport":     "restarts kube-apiserver",
+	"TestCSINodePluginRestartMidImport": "restarts the CSI node plugin every volume is published through",
+	"TestOOMKilledWorkerIsExplained":    "sets CDIConfig's pod limits",
+	"TestImporterImportsUnder64MiLimit": "sets CDIConfig's pod limits",
+	"TestUpload2GiBMemory":              "samples the shared upload proxy's and any upload server's memory",
+	"TestCloneBenchmark":                "times clones against cp on a quiet machine",
 }
 
-func runMain(m *testing.M) int {
-	if os.Geteuid() != 0 {
-		fmt.Println("e2e: skipped: the local cluster needs root (mounts, network namespaces)")
-		return 0
-	}
-	// A run killed earlier (timeout, crash) may have left a cluster behind.
-	if err := cluster.SweepStale(); err != nil {
-		log.Printf("e2e: sweeping stale clusters: %v", err)
-	}
+// aloneSubtests are the serial group's subtests of parallel tests, by the
+// test they are in (which calls t.Parallel() itself, not parallel(t): it
+// must not hold a share of clusterWide while its subtests wait for all of
+// it), with what makes each cluster-wide.
+var aloneSubtests = map[string]map[string]string{
+	"TestCloneDataVolumes": {
+		"CDICloneStrategyOverride": "sets the CDI resource's clone strategy override",
+		"NoVolumeSnapshotClass":    "removes the snapshot classes",
+	},
+}
+
+// clusterWide is held for reading by every parallel test while it runs
+// (parallel) and for writing by the subtests that must run alone (alone).
+// Go's RWMutex makes a waiting writer hold back new readers, so alone
+// waits for the tests running, and the others wait for it.
+var clusterWide sync.RWMutex
+
+// parallel is a top-level test's first call: t.Parallel(), then a share of
+// clusterWide until the test ends. Subtests call t.Parallel() instead.
+func parallel(t *testing.T) {
+	t.Parallel()
+	clusterWide.RLock()
+	t.Cleanup(clusterWide.RUnlock)
+}
+
+// alone runs the rest of a subtest (one in aloneSubtests) with no other
+// test beside it.
+func alone(t *testing.T) {
 	start := time.Now()
-	c, err := cluster.Start(context.Background(), cluster.Options{
+	clusterWide.Lock()
+	t.Logf("running alone: waited %s for the other tests to end", time.Since(start).Round(time.Millisecond))
+	t.Cleanup(clusterWide.Unlock)
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(cluster.RunMain(m, "e2e", cluster.Options{
 		Storage: true,
 		Node:    true,
 		// Before kube-controller-manager starts, so that its garbage
 		// collector follows DataVolumes from the first test on.
 		KubefillCRDs: true,
-		Logf:         log.Printf,
-	})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: start local cluster: %v\n", err)
-		return 1
-	}
-	cl = c
-	fmt.Printf("e2e: cluster start-up took %s\n", time.Since(start).Round(time.Millisecond))
-
-	// Tear down on SIGINT/SIGTERM too, so an interrupted run leaves nothing.
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	go func() {
-		s := <-sigs
-		log.Printf("e2e: %v: tearing the cluster down", s)
-		if err := c.Stop(); err != nil {
-			log.Printf("e2e: stop cluster: %v", err)
-		}
-		os.Exit(2)
-	}()
-
-	code := m.Run()
-	signal.Stop(sigs)
-	state := c.State()
-	stopStart := time.Now()
-	if err := c.Stop(); err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: stop local cluster: %v\n", err)
-		if code == 0 {
-			code = 1
-		}
-	}
-	// The harness must leave nothing behind: no process, mount, network
-	// namespace, veth or route.
-	if left := state.Leftovers(); len(left) > 0 {
-		fmt.Fprintf(os.Stderr, "e2e: left behind after Stop: %v\n", left)
-		if code == 0 {
-			code = 1
-		}
-	} else {
-		fmt.Printf("e2e: cluster torn down in %s, nothing left behind\n", time.Since(stopStart).Round(time.Millisecond))
-	}
-	return code
+	}, startShared))
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,7 +17,6 @@ import (
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 
-	"github.com/kubefill/kubefill/pkg/datapath/testimg"
 	"github.com/kubefill/kubefill/tests/cluster"
 	"github.com/kubefill/kubefill/tests/kit"
 )
@@ -40,24 +38,12 @@ func needRealNode(t *testing.T) {
 // OOM-killed at 600Mi on such images: its issues #2110 and #3119).
 func TestImporterImportsUnder64MiLimit(t *testing.T) {
 	needRealNode(t)
-	c := startKubefill(t)
+	c := shared.c
 	setPodLimits(t, c, "64Mi")
 	ns := newNamespace(t)
-	dir := t.TempDir()
 	begin := time.Now()
-	raw := patternedRaw(t, dir, 2<<30)
-	want := testimg.FileSHA256(t, raw)
-	qcow := filepath.Join(dir, "disk.qcow2")
-	// -W -m 4: the clusters compress on both cores.
-	testimg.QemuImg(t, "convert", "-W", "-m", "4", "-f", "raw", "-O", "qcow2", "-c", raw, qcow)
-	gz := exec.Command("sh", "-c", fmt.Sprintf("gzip -1 -c %s > %s", raw, filepath.Join(dir, "disk.raw.gz")))
-	if out, err := gz.CombinedOutput(); err != nil {
-		t.Fatalf("gzip: %v: %s", err, out)
-	}
-	if err := os.Remove(raw); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("2 GiB fixtures written and compressed in %s", time.Since(begin).Round(time.Millisecond))
+	dir, want := bigImages(t)
+	t.Logf("2 GiB fixtures ready in %s (%s)", time.Since(begin).Round(time.Millisecond), dir)
 	url := imageServer(t, dir)
 	for _, name := range []string{"disk.qcow2", "disk.raw.gz"} {
 		dvName := strings.ReplaceAll(name, ".", "-")
@@ -165,8 +151,9 @@ func patternedRaw(t *testing.T, dir string, size int64) string {
 // TestBlockDataVolumeReadFromDevice: a Block DataVolume's bytes, read back
 // from the device node inside a pod, are the image's.
 func TestBlockDataVolumeReadFromDevice(t *testing.T) {
+	parallel(t)
 	needRealNode(t)
-	c := startKubefill(t)
+	c := shared.c
 	ns := newNamespace(t)
 	dir := t.TempDir()
 	name, virtualSize, want := testImage(t, dir)

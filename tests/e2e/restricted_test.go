@@ -66,7 +66,8 @@ func assertWorkerLabel(t *testing.T, pod *corev1.Pod) {
 // restricted source namespace, its upload pod in the target) all succeed
 // with the right bytes: every worker pod satisfies the restricted standard.
 func TestRestrictedNamespace(t *testing.T) {
-	s := startCloneStack(t)
+	parallel(t)
+	s := shared
 	ctx := context.Background()
 	restrictedLabels := map[string]string{s.adm.NamespaceLabel: "true", podSecurityEnforce: "restricted"}
 	ns := createNamespace(t, "restricted-", restrictedLabels)

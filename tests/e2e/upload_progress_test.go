@@ -54,9 +54,8 @@ func parsePercent(t *testing.T, s string) (float64, bool) {
 // UploadReady, and Succeeded at 100.0% at the end, with the claim holding
 // the bytes sent.
 func TestUploadProgress(t *testing.T) {
-	installNS := newNamespace(t)
-	t.Setenv("POD_NAMESPACE", installNS)
-	c := startKubefill(t)
+	parallel(t)
+	c, installNS := shared.c, shared.installNS
 	ns := newNamespace(t)
 
 	const size = 24 << 20

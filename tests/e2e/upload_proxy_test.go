@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -29,7 +28,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
-	"github.com/kubefill/kubefill/pkg/controller"
 	"github.com/kubefill/kubefill/pkg/datapath/testimg"
 	"github.com/kubefill/kubefill/pkg/token"
 	"github.com/kubefill/kubefill/pkg/uploadcli"
@@ -37,44 +35,18 @@ import (
 	"github.com/kubefill/kubefill/tests/kit"
 )
 
-// uploadStack is what a user uploads through: a Kubefill controller (in
-// this process, with an install namespace of its own), and `kubefill
-// apiserver` behind the real APIService and `kubefill uploadproxy` as the
-// cluster's processes.
+// uploadStack is what a user uploads through: the shared Kubefill
+// controller (in this process), and `kubefill apiserver` behind the real
+// APIService and `kubefill uploadproxy` as the cluster's processes.
 type uploadStack struct {
 	c         client.Client
 	installNS string
 	svc       *cluster.UploadServices
 }
 
-func startUploadStack(t *testing.T) *uploadStack {
-	t.Helper()
-	installNS := newNamespace(t)
-	t.Setenv("POD_NAMESPACE", installNS)
-	port, err := cluster.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The controller publishes the proxy's URL in CDIConfig, where the CLI looks.
-	proxyURL := "https://" + net.JoinHostPort(cl.UploadProxyHost(), strconv.Itoa(port))
-	c := startKubefill(t, func(o *controller.ManagerOptions) { o.UploadProxyURL = proxyURL })
-	kit.Eventually(t, time.Minute, kit.Interval, "CDIConfig config to publish the upload proxy URL "+proxyURL, func() (bool, string, error) {
-		cfg := &cdiv1.CDIConfig{}
-		if err := c.Get(context.Background(), types.NamespacedName{Name: "config"}, cfg); err != nil {
-			return false, "", err
-		}
-		return cfg.Status.UploadProxyURL != nil && *cfg.Status.UploadProxyURL == proxyURL, fmt.Sprintf("status %+v", cfg.Status), nil
-	})
-	svc, err := cl.StartUploadServices(testContext(t, 3*time.Minute), installNS, port)
-	if err != nil {
-		t.Fatalf("starting the token API server and the upload proxy: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := svc.Stop(); err != nil {
-			t.Errorf("stopping the upload services: %v", err)
-		}
-	})
-	return &uploadStack{c: c, installNS: installNS, svc: svc}
+// sharedUploads is the shared stack's upload side.
+func sharedUploads() *uploadStack {
+	return &uploadStack{c: shared.c, installNS: shared.installNS, svc: shared.svc}
 }
 
 // kubefillCLI runs the kubefill binary of this checkout as a user would,
@@ -106,7 +78,8 @@ func (s *uploadStack) proxyClient(t *testing.T) *http.Client {
 // proxy into the upload pod. The DataVolume ends Succeeded holding what
 // qemu-img converts the image to.
 func TestUploadCLIThroughProxy(t *testing.T) {
-	s := startUploadStack(t)
+	parallel(t)
+	s := sharedUploads()
 	ns := newNamespace(t)
 	dir := t.TempDir()
 	name, virtualSize, want := testImage(t, dir)
@@ -138,7 +111,8 @@ func TestUploadCLIThroughProxy(t *testing.T) {
 // an archive DataVolume on a Filesystem volume, and the tar's files land in
 // the volume with their contents.
 func TestUploadArchiveThroughProxy(t *testing.T) {
-	s := startUploadStack(t)
+	parallel(t)
+	s := sharedUploads()
 	ns := newNamespace(t)
 	blob := make([]byte, 3<<20+17)
 	if _, err := rand.Read(blob); err != nil {
@@ -207,7 +181,8 @@ func (s *uploadStack) post(hc *http.Client, tok string, body io.Reader, size int
 // connection then dies halfway, the DataVolume stays UploadReady, and a
 // retry with a token from the UploadTokenRequest API succeeds.
 func TestUploadProxyRefusesBadTokensAndSecondUpload(t *testing.T) {
-	s := startUploadStack(t)
+	parallel(t)
+	s := sharedUploads()
 	ns := newNamespace(t)
 	for _, name := range []string{"target", "other"} {
 		if err := s.c.Create(context.Background(), kit.DataVolume(ns, name, kit.Upload(), kit.WithPVC(filesystemClaim("128Mi")))); err != nil {
@@ -369,9 +344,11 @@ func retarget(t *testing.T, tok, from, to string) string {
 // TestUpload2GiBMemory uploads a 2 GiB raw image with `kubefill upload`
 // through the proxy and samples the peak resident memory (VmHWM) of the
 // upload proxy and of the upload server while it streams: each must stay
-// under 64 MiB, whatever the image's size.
+// under 64 MiB, whatever the image's size. The proxy is the shared one: its
+// peak is reset first, so that earlier uploads do not count, and the test
+// is in the serial group, so that no other upload does.
 func TestUpload2GiBMemory(t *testing.T) {
-	s := startUploadStack(t)
+	s := sharedUploads()
 	ns := newNamespace(t)
 	const size = 2 << 30
 	image := filepath.Join(t.TempDir(), "big.raw")
@@ -396,6 +373,7 @@ func TestUpload2GiBMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := testimg.FileSHA256(t, image)
+	resetPeakRSS(t, s.svc.ProxyPID())
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -462,6 +440,15 @@ func processPeakRSS(pid int) int64 {
 		}
 	}
 	return 0
+}
+
+// resetPeakRSS sets a process's VmHWM back to its current resident size
+// (proc(5): writing 5 to /proc/PID/clear_refs).
+func resetPeakRSS(t *testing.T, pid int) {
+	t.Helper()
+	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0); err != nil {
+		t.Fatalf("resetting the peak RSS of pid %d: %v", pid, err)
+	}
 }
 
 // findProcess returns the pid of a running `kubefill <subcommand>` (a

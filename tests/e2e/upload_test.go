@@ -53,9 +53,8 @@ func uploadClient(t *testing.T, c client.Client, installNS, serverName string) *
 // holds what qemu-img converts the image to. The pod, its Service and its
 // Secret are gone afterwards.
 func TestDataVolumeUploadQcow2(t *testing.T) {
-	installNS := newNamespace(t)
-	t.Setenv("POD_NAMESPACE", installNS) // the manager's install namespace
-	c := startKubefill(t)
+	parallel(t)
+	c, installNS := shared.c, shared.installNS
 	ns := newNamespace(t)
 	dir := t.TempDir()
 	name, virtualSize, want := testImage(t, dir)
@@ -162,9 +161,8 @@ func uploadTarget(t *testing.T, c client.Client, installNS, ns, name string) (ba
 // local cluster's CSI driver publishes them as regular files, not device
 // nodes, so neither the importer nor the upload server sees a device.)
 func TestUploadSurvivesKilledConnection(t *testing.T) {
-	installNS := newNamespace(t)
-	t.Setenv("POD_NAMESPACE", installNS)
-	c := startKubefill(t)
+	parallel(t)
+	c, installNS := shared.c, shared.installNS
 	ns := newNamespace(t)
 	dir := t.TempDir()
 	name, virtualSize, want := testImage(t, dir)
