@@ -189,7 +189,7 @@ func round(d time.Duration) string {
 // text writes a `go test -json` stream as `go test` without -v would have
 // printed it, so a log stays readable: a test's output only if it failed,
 // everything else (package results, TestMain's messages, build errors) as
-// it comes. verbose writes every event's output as it comes. Every line is
+// it comes, but for a test binary's PASS line. verbose writes every event's output as it comes. Every line is
 // copied to raw; lines that are not events are written through as they are.
 func text(in io.Reader, out, raw io.Writer, verbose bool) error {
 	held := map[string][]string{} // package + test → output so far
@@ -210,8 +210,14 @@ func text(in io.Reader, out, raw io.Writer, verbose bool) error {
 		var write []string
 		key := e.Package + " " + e.Test
 		switch {
-		case verbose || e.Test == "":
+		case verbose:
 			write = []string{e.Output}
+		case e.Test == "":
+			// A test binary's own "PASS" line, which go test leaves out
+			// of a passing package's result.
+			if e.Output != "PASS\n" {
+				write = []string{e.Output}
+			}
 		case e.Action == "output":
 			held[key] = append(held[key], e.Output)
 		case e.Action == "fail":

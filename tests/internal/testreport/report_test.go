@@ -115,6 +115,8 @@ func TestText(t *testing.T) {
 {"Action":"output","Package":"p","Test":"TestBad","Output":"--- FAIL: TestBad (0.00s)\n"}
 {"Action":"fail","Package":"p","Test":"TestBad"}
 not json: a build error
+{"Action":"output","Package":"q","Output":"PASS\n"}
+{"Action":"output","Package":"q","Output":"ok  \tq\t0.1s\n"}
 {"Action":"output","Package":"p","Output":"FAIL\tp\t0.1s\n"}
 {"Action":"fail","Package":"p"}
 `
@@ -125,7 +127,7 @@ not json: a build error
 	if raw.String() != in {
 		t.Errorf("the raw copy differs:\n%s", raw.String())
 	}
-	want := "starting the cluster\n=== RUN   TestBad\n    x_test.go:9: broken\n--- FAIL: TestBad (0.00s)\nnot json: a build error\nFAIL\tp\t0.1s\n"
+	want := "starting the cluster\n=== RUN   TestBad\n    x_test.go:9: broken\n--- FAIL: TestBad (0.00s)\nnot json: a build error\nok  \tq\t0.1s\nFAIL\tp\t0.1s\n"
 	if out.String() != want {
 		t.Errorf("text:\n%s\nwant:\n%s", out.String(), want)
 	}
