@@ -19,11 +19,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+	"github.com/kubefill/kubefill/pkg/apiserver/admission"
 	"github.com/kubefill/kubefill/pkg/controller"
 	"github.com/kubefill/kubefill/tests/cluster"
 )
@@ -41,6 +43,39 @@ const (
 	sharedInstallNamespace = "kubefill-e2e"
 	sharedWebhookLabel     = "kubefill-e2e"
 )
+
+// controllerUser is who every controller in this process runs as (through
+// impersonation, with cluster-admin's rights, as the admin did): the
+// kubefill-controller ServiceAccount of the shared install namespace, as an
+// install's controller is. The tests' own requests are the admin's, so the
+// webhooks tell them from the controller's (--controller-user): a clone
+// the controller asks for is one of a DataImportCron's, and only the
+// controller may change an extended clone token.
+var controllerUser = admission.DefaultControllerUser(sharedInstallNamespace)
+
+// controllerArgs are the admission servers' flags for controllerUser.
+func controllerArgs(args ...string) []string {
+	return append([]string{"--controller-user=" + controllerUser}, args...)
+}
+
+// controllerConfig is cl.Config as controllerUser.
+func controllerConfig() *rest.Config {
+	cfg := rest.CopyConfig(cl.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: controllerUser,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + sharedInstallNamespace, "system:authenticated"}}
+	return cfg
+}
+
+// controllerRights gives controllerUser cluster-admin's rights.
+func controllerRights(ctx context.Context, c client.Client) (func() error, error) {
+	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "kubefill-e2e-controller"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: sharedInstallNamespace, Name: "kubefill-controller"}}}
+	if err := c.Create(ctx, crb); err != nil {
+		return nil, fmt.Errorf("binding cluster-admin to the controller's identity: %w", err)
+	}
+	return func() error { return client.IgnoreNotFound(c.Delete(context.Background(), crb)) }, nil
+}
 
 // startShared starts the shared stack on c and returns its teardown.
 func startShared(c *cluster.Cluster) (func() error, error) {
@@ -65,7 +100,7 @@ func startShared(c *cluster.Cluster) (func() error, error) {
 	if err := cl.WaitServiceAccount(ctx, sharedInstallNamespace); err != nil {
 		return fail(err)
 	}
-	adm, err := cl.StartAdmission(ctx, sharedInstallNamespace, sharedWebhookLabel)
+	adm, err := cl.StartAdmission(ctx, sharedInstallNamespace, sharedWebhookLabel, controllerArgs()...)
 	if err != nil {
 		return fail(fmt.Errorf("starting the admission webhooks: %w", err))
 	}
@@ -75,6 +110,11 @@ func startShared(c *cluster.Cluster) (func() error, error) {
 		return fail(err)
 	}
 	s.adm, s.installNS = adm, sharedInstallNamespace
+	unbind, err := controllerRights(ctx, s.c)
+	if err != nil {
+		return fail(err)
+	}
+	stops = append(stops, unbind)
 	if err := pollerAccount(ctx, s.c, s.installNS); err != nil {
 		return fail(err)
 	}
@@ -184,10 +224,10 @@ func managerOptions(configure ...func(*controller.ManagerOptions)) controller.Ma
 	return opts
 }
 
-// runManager starts a controller manager and returns what stops it (once,
-// waiting until it has).
+// runManager starts a controller manager, as controllerUser, and returns
+// what stops it (once, waiting until it has).
 func runManager(opts controller.ManagerOptions) (func(), error) {
-	mgr, err := controller.NewManager(cl.Config, opts)
+	mgr, err := controller.NewManager(controllerConfig(), opts)
 	if err != nil {
 		return nil, err
 	}
@@ -289,7 +329,7 @@ func startOwnCloneStack(t *testing.T, admissionArgs ...string) *cloneStack {
 	}
 	installNS := createOwnNamespace(t, names[0], nil)
 	label := "kubefill-own-" + randomSuffix()
-	adm, err := cl.StartAdmission(testContext(t, 2*time.Minute), installNS, label, admissionArgs...)
+	adm, err := cl.StartAdmission(testContext(t, 2*time.Minute), installNS, label, controllerArgs(admissionArgs...)...)
 	if err != nil {
 		t.Fatalf("starting the admission webhooks: %v", err)
 	}
