@@ -87,7 +87,6 @@ func assertClaimBytes(t *testing.T, ns, claim string, n int64, want string) {
 // `kubefill uploadproxy`, and virtctl's own completion check (the claim's
 // cdi.kubevirt.io/storage.pod.phase) must end it with exit code 0.
 func TestVirtctlImageUpload(t *testing.T) {
-	parallel(t)
 	bin, err := cluster.VirtctlBinary()
 	if err != nil {
 		t.Fatalf("no virtctl: %v\nbuild it with `bash hack/virtctl.sh` (a few minutes, cached) or set KUBEFILL_VIRTCTL", err)
