@@ -404,8 +404,10 @@ func TestCrossNamespaceImportGrantRevoked(t *testing.T) {
 
 	// Granted again: a new prime and worker, from the start.
 	mustCreate(t, k8sClient, referenceGrant(nsB, "allow-again-"+nsA, nsA, cdiv1.VolumeImportSourceRef, "src"))
-	kit.Until(t, 60*time.Second, "a new prime and importer pod once granted again", func() bool {
-		return k8sClient.Get(ctx, primeKey, prime) == nil && prime.UID != firstUID && k8sClient.Get(ctx, podKey, &corev1.Pod{}) == nil
+	// The prime counts its worker pods once the pod exists: wait for the count too.
+	kit.Until(t, 60*time.Second, "a new prime, its importer pod and the prime's attempt count", func() bool {
+		return k8sClient.Get(ctx, primeKey, prime) == nil && prime.UID != firstUID && k8sClient.Get(ctx, podKey, &corev1.Pod{}) == nil &&
+			prime.Annotations["kubefill.io/attempts"] != ""
 	})
 	if got := prime.Annotations["kubefill.io/attempts"]; got != "1" {
 		t.Errorf("the new prime's attempts %q, want 1 (a fresh start)", got)
