@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -41,6 +42,27 @@ func grantRole(t *testing.T, e *aggEnv, ns, user string, rules ...rbacv1.PolicyR
 	if err := e.client.Create(ctx, rb); err != nil {
 		t.Fatalf("creating role binding: %v", err)
 	}
+	// kube-apiserver's RBAC authorizer learns of the binding from its
+	// informer, a moment later on a busy machine: wait until it judges by
+	// it, so that the caller's next request as user is.
+	if len(rules) == 0 || len(rules[0].Verbs) == 0 || len(rules[0].Resources) == 0 || len(rules[0].APIGroups) == 0 {
+		return
+	}
+	r := rules[0]
+	attrs := &authorizationv1.ResourceAttributes{Namespace: ns, Verb: r.Verbs[0], Group: r.APIGroups[0], Resource: r.Resources[0]}
+	if attrs.Verb == "*" {
+		attrs.Verb = "create"
+	}
+	if res, sub, ok := strings.Cut(attrs.Resource, "/"); ok {
+		attrs.Resource, attrs.Subresource = res, sub
+	}
+	if len(r.ResourceNames) > 0 {
+		attrs.Name = r.ResourceNames[0]
+	}
+	kit.Until(t, 30*time.Second, "kube-apiserver to authorise "+user+" by the new binding in "+ns, func() bool {
+		review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: user, ResourceAttributes: attrs}}
+		return e.client.Create(ctx, review) == nil && review.Status.Allowed
+	})
 }
 
 func newClaim(ns, name string, annotations map[string]string) *corev1.PersistentVolumeClaim {
@@ -93,6 +115,7 @@ func postToken(t *testing.T, rs *runningServer, cert *tls.Certificate, headers m
 // (front-proxy CA, Node,RBAC) between the token endpoint, webhook and
 // aggregator tests, to save two control-plane starts.
 func TestAggregatedAPIServer(t *testing.T) {
+	t.Parallel()
 	e := startAggEnv(t)
 	t.Run("upload token endpoint", func(t *testing.T) { testUploadTokens(t, e) })
 	t.Run("admission webhooks", func(t *testing.T) { testWebhooks(t, e) })

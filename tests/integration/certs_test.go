@@ -131,6 +131,7 @@ func handshake(addr, serverName string, pool *x509.CertPool) (*x509.Certificate,
 // upload through the proxy into an upload server signed by the current
 // signer succeeds in every round.
 func TestCertificateRotation(t *testing.T) {
+	t.Parallel()
 	envCfg, c := startOwnControlPlane(t, ownEnvironment(t), "certificate rotation control plane")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

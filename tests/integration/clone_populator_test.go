@@ -33,17 +33,12 @@ const cloneDriver = "hostpath.csi.kubefill.test"
 // must fall back to a host-assisted copy and say why.
 func cloneClass(t *testing.T, name string) {
 	t.Helper()
-	ctx := context.Background()
 	mode := storagev1.VolumeBindingImmediate
 	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Provisioner: cloneDriver, VolumeBindingMode: &mode}
 	mustCreate(t, k8sClient, sc)
 	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), sc) })
-	profile := &cdiv1.StorageProfile{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: cdiv1.StorageProfileSpec{
-		ClaimPropertySets: []cdiv1.ClaimPropertySet{rwoFilesystem}, CloneStrategy: ptr.To(cdiv1.CloneStrategySnapshot)}}
-	if err := k8sClient.Create(ctx, profile); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), profile) })
+	putProfileSpec(t, name, cdiv1.StorageProfileSpec{
+		ClaimPropertySets: []cdiv1.ClaimPropertySet{rwoFilesystem}, CloneStrategy: ptr.To(cdiv1.CloneStrategySnapshot)})
 }
 
 // fakeBind plays the provisioner and the PV controller: pvc gets a CSI
@@ -286,6 +281,7 @@ func TestCloneCopySameNamespace(t *testing.T) {
 // mid-clone removes the temporary objects in the source's namespace and
 // then the finalizer.
 func TestCloneCrossNamespaceToken(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	nsSrc, nsTgt, installNS := newNamespace(t), newNamespace(t), newNamespace(t)
 	className := nsSrc + "-csi"
@@ -299,8 +295,10 @@ func TestCloneCrossNamespaceToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	sharedClusterControllers(t)
 	runManager(t, controller.ManagerOptions{MetricsBindAddress: "0", HealthProbeBindAddress: "0",
-		WorkerImage: "kubefill/kubefill:test", InstallNamespace: installNS})
+		WorkerImage: "kubefill/kubefill:test", InstallNamespace: installNS,
+		Namespaces: []string{nsSrc, nsTgt}})
 	cloneSourceClaim(t, nsSrc, className)
 
 	target := kit.PVC(nsTgt, "disk", "1Gi", kit.Class(className), kit.SourceRef(cdiv1.VolumeCloneSourceRef, "vcs"),

@@ -30,6 +30,7 @@ import (
 // temporary claim, then the upload server that receives the copy; no node
 // runs it here).
 func TestCloneQuotaRefusingTheTemporaryClaim(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	nsSrc, nsTgt, installNS := newNamespace(t), newNamespace(t), newNamespace(t)
 	className := nsSrc + "-csi"
@@ -41,8 +42,10 @@ func TestCloneQuotaRefusingTheTemporaryClaim(t *testing.T) {
 	cloneSourceClaim(t, nsSrc, className)
 	used := "1Gi"
 	setQuota(t, nsSrc, "src-storage", "1536Mi", &used)
+	sharedClusterControllers(t)
 	runManager(t, controller.ManagerOptions{MetricsBindAddress: "0", HealthProbeBindAddress: "0",
-		WorkerImage: "kubefill/kubefill:test", InstallNamespace: installNS})
+		WorkerImage: "kubefill/kubefill:test", InstallNamespace: installNS,
+		Namespaces: []string{nsSrc, nsTgt}})
 	t.Cleanup(func() {
 		// The DataVolume's finalizer needs the controllers: delete it first.
 		_ = k8sClient.DeleteAllOf(context.Background(), &cdiv1.DataVolume{}, client.InNamespace(nsTgt))

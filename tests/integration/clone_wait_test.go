@@ -76,12 +76,15 @@ func TestCloneTokenNotMintedIsVisible(t *testing.T) {
 // keeps saying what failed and that it is retried, and a Warning event on
 // the claim says it too.
 func TestCloneSourcePodFailureStaysVisible(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns, installNS := newNamespace(t), newNamespace(t)
 	className := ns + "-csi"
 	cloneClass(t, className)
+	sharedClusterControllers(t)
 	runManager(t, controller.ManagerOptions{MetricsBindAddress: "0", HealthProbeBindAddress: "0",
-		WorkerImage: "kubefill/kubefill:test", InstallNamespace: installNS})
+		WorkerImage: "kubefill/kubefill:test", InstallNamespace: installNS,
+		Namespaces: []string{ns}})
 	waitProfile(t, className, "asks for snapshot clones", strategyIs(cdiv1.CloneStrategySnapshot))
 	boundSource(t, ns, "golden", className, "1Gi")
 	mustCreate(t, k8sClient, kit.DataVolume(ns, "disk", &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: ns, Name: "golden"}},

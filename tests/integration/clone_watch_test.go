@@ -92,12 +92,15 @@ func claimWithin(t *testing.T, ns, name string, begin time.Time) time.Duration {
 // whose source claim does not exist yet waits saying so; once the source
 // is created (and bound) the clone is planned within a second or two.
 func TestClonePopulatorWatchesItsSource(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns, installNS := newNamespace(t), newNamespace(t)
 	className := ns + "-csi"
 	cloneClass(t, className)
+	sharedClusterControllers(t)
 	runManager(t, controller.ManagerOptions{MetricsBindAddress: "0", HealthProbeBindAddress: "0",
-		WorkerImage: "kubefill/kubefill:test", InstallNamespace: installNS})
+		WorkerImage: "kubefill/kubefill:test", InstallNamespace: installNS,
+		Namespaces: []string{ns}})
 	waitProfile(t, className, "asks for snapshot clones", strategyIs(cdiv1.CloneStrategySnapshot))
 	mustCreate(t, k8sClient, &cdiv1.VolumeCloneSource{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vcs"},
 		Spec: cdiv1.VolumeCloneSourceSpec{Source: corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: "golden"}}})
@@ -134,12 +137,15 @@ func TestClonePopulatorWatchesItsSource(t *testing.T) {
 // pod mounts writable waits saying which pod; once that pod is gone the
 // source pod starts within a second or two, not at the wait's 5 s requeue.
 func TestCloneSourceInUseEndsWithThePod(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns, installNS := newNamespace(t), newNamespace(t)
 	className := ns + "-csi"
 	cloneClass(t, className)
+	sharedClusterControllers(t)
 	runManager(t, controller.ManagerOptions{MetricsBindAddress: "0", HealthProbeBindAddress: "0",
-		WorkerImage: "kubefill/kubefill:test", InstallNamespace: installNS})
+		WorkerImage: "kubefill/kubefill:test", InstallNamespace: installNS,
+		Namespaces: []string{ns}})
 	waitProfile(t, className, "asks for snapshot clones", strategyIs(cdiv1.CloneStrategySnapshot))
 	cloneSourceClaim(t, ns, className)
 	vm := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "virt-launcher-golden"}, Spec: corev1.PodSpec{

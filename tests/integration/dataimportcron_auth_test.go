@@ -128,6 +128,7 @@ func progressingOf(c *cdiv1.DataImportCron) cdiv1.DataImportCronCondition {
 // ServiceAccount. And the DataVolume webhook never authorises a clone for
 // the controller itself.
 func TestDataImportCronCloneAuthorization(t *testing.T) {
+	t.Parallel()
 	e := startAggEnv(t)
 	rs := e.startServer(t, true)
 	ctx := context.Background()

@@ -20,6 +20,7 @@ import (
 // dataimportcron-validate webhook, configured as CDI's
 // cdi-api-dataimportcron-validate, and a client sees CDI's refusals.
 func TestDataImportCronWebhook(t *testing.T) {
+	t.Parallel()
 	e := startAggEnv(t)
 	rs := e.startServer(t, true)
 	ctx := context.Background()

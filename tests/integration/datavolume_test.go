@@ -9,9 +9,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -23,10 +25,15 @@ import (
 )
 
 // startControllers runs `kubefill controller`'s manager against the real
-// apiserver for one test.
-func startControllers(t *testing.T) {
+// apiserver for one test, limited to namespaces when they are given (a
+// parallel test's; see parallel_test.go).
+func startControllers(t *testing.T, namespaces ...string) {
 	t.Helper()
-	runManager(t, controller.ManagerOptions{MetricsBindAddress: "0", HealthProbeBindAddress: "0", WorkerImage: "kubefill/kubefill:test"})
+	if len(namespaces) > 0 {
+		sharedClusterControllers(t)
+	}
+	runManager(t, controller.ManagerOptions{MetricsBindAddress: "0", HealthProbeBindAddress: "0", WorkerImage: "kubefill/kubefill:test",
+		Namespaces: namespaces})
 }
 
 // runManager starts a controller manager until the test ends.
@@ -74,11 +81,36 @@ func csiClass(t *testing.T, name, provisioner string, mode storagev1.VolumeBindi
 	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), sc) })
 	// The StorageProfile controller makes the profile; the sets go in its spec,
 	// as an administrator would give them for a driver it does not know.
-	profile := &cdiv1.StorageProfile{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: cdiv1.StorageProfileSpec{ClaimPropertySets: sets}}
-	if err := k8sClient.Create(ctx, profile); err != nil {
-		t.Fatal(err)
+	putProfileSpec(t, name, cdiv1.StorageProfileSpec{ClaimPropertySets: sets})
+}
+
+// putProfileSpec gives the StorageProfile name spec, creating it or, when
+// the StorageProfile controller (the one parallel tests share) made it
+// first, updating it; the profile is deleted when the test ends.
+func putProfileSpec(t *testing.T, name string, spec cdiv1.StorageProfileSpec) {
+	t.Helper()
+	ctx := context.Background()
+	profile := &cdiv1.StorageProfile{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}
+	t.Cleanup(func() {
+		_ = k8sClient.Delete(context.Background(), &cdiv1.StorageProfile{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	})
+	err := k8sClient.Create(ctx, profile)
+	if err == nil {
+		return
 	}
-	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), profile) })
+	if !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("creating StorageProfile %s: %v", name, err)
+	}
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k8sClient.Get(ctx, client.ObjectKey{Name: name}, profile); err != nil {
+			return err
+		}
+		profile.Spec = spec
+		return k8sClient.Update(ctx, profile)
+	})
+	if err != nil {
+		t.Fatalf("setting the spec of StorageProfile %s: %v", name, err)
+	}
 }
 
 // claimNamingPrime waits until the claim ns/name names its prime and returns it.
@@ -105,6 +137,7 @@ func envValue(c corev1.Container, name string) string {
 // DataVolume through the controllers up to the importer pod; binding and the
 // import itself need the local cluster (tests/e2e).
 func TestDataVolumeImportRendersClaimPrimeAndImporter(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := newNamespace(t)
 	className := ns + "-csi"
@@ -114,7 +147,7 @@ func TestDataVolumeImportRendersClaimPrimeAndImporter(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), priority) })
-	startControllers(t)
+	startControllers(t, ns)
 
 	dv := &cdiv1.DataVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: "fedora", Namespace: ns},

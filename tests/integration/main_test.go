@@ -108,7 +108,9 @@ func runWithControlPlane(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "building client:", err)
 		return 1
 	}
-	return m.Run()
+	code := m.Run()
+	stopSharedClusterControllers()
+	return code
 }
 
 // newNamespace creates a namespace with a generated name for one test and

@@ -22,11 +22,12 @@ import (
 // and rarely looks at. Each event is copied once, however often the
 // populator reconciles.
 func TestPrimeAndWorkerEventsReachTheClaim(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := newNamespace(t)
 	className := ns + "-csi"
 	csiClass(t, className, "hostpath.csi.kubefill.test", storagev1.VolumeBindingImmediate)
-	startControllers(t)
+	startControllers(t, ns)
 	dv := kit.DataVolume(ns, "disk", kit.HTTP("http://images.test/disk.qcow2"), kit.WithPVC(kit.ClaimSpec("1Gi", kit.Class(className))))
 	if err := k8sClient.Create(ctx, dv); err != nil {
 		t.Fatal(err)

@@ -53,13 +53,14 @@ func setQuota(t *testing.T, ns, name, hard string, used *string) {
 // (CDI's ErrExceededQuota), nothing else is created, and once the quota is
 // raised the import goes on by itself.
 func TestQuotaRefusingThePrime(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := newNamespace(t)
 	className := ns + "-csi"
 	csiClass(t, className, "hostpath.csi.kubefill.test", storagev1.VolumeBindingImmediate)
 	zero := "0"
 	setQuota(t, ns, "storage", "3Gi", &zero)
-	startControllers(t)
+	startControllers(t, ns)
 	dv := kit.DataVolume(ns, "disk", kit.HTTP("http://images.test/disk.qcow2"), kit.WithPVC(kit.ClaimSpec("2Gi", kit.Class(className))))
 	if err := k8sClient.Create(ctx, dv); err != nil {
 		t.Fatal(err)
@@ -164,13 +165,14 @@ func TestQuotaRefusingThePrime(t *testing.T) {
 // which quota (CDI's ErrExceededQuota, in Bound and Running), and creates
 // the claim once the quota is raised.
 func TestQuotaRefusingTheClaim(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := newNamespace(t)
 	className := ns + "-csi"
 	csiClass(t, className, "hostpath.csi.kubefill.test", storagev1.VolumeBindingImmediate)
 	zero := "0"
 	setQuota(t, ns, "small", "1Gi", &zero)
-	startControllers(t)
+	startControllers(t, ns)
 	dv := kit.DataVolume(ns, "disk", kit.HTTP("http://images.test/disk.qcow2"), kit.WithPVC(kit.ClaimSpec("2Gi", kit.Class(className))))
 	if err := k8sClient.Create(ctx, dv); err != nil {
 		t.Fatal(err)

@@ -27,6 +27,7 @@ import (
 // streams the file through `kubefill uploadproxy` into a real upload server.
 // The test plays the upload populator (no controller or kubelet here).
 func TestUploadCLIEndToEnd(t *testing.T) {
+	t.Parallel()
 	e := startAggEnv(t)
 	installNS := serveTokenAPI(t, e, 90*time.Second)
 	ctx, cancel := context.WithCancel(context.Background())
