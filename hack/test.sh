@@ -8,6 +8,8 @@
 #   e2e          the local cluster's own tests (csi-sanity, real node start/stop,
 #                tests/cluster/selftest), then tests/e2e, tests/installed and tests/load on it
 # Name stages to run only those: hack/test.sh unit integration
+# With e2e, unit and integration run beside it (SIDE_BY_SIDE=0: one after
+# the other).
 #
 # Every go test runs with -json through tests/internal/testreport, which
 # prints what go test would and keeps the events in $KUBEFILL_TEST_REPORT
@@ -21,8 +23,9 @@ stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(checks unit integration e2e)
 
 API_DIR=staging/src/github.com/kubefill/kubefill-api
-# Tests that call t.Parallel (e2e, the harness's self-tests) wait on pods and
-# the API, not on the CPU: four at once on two cores.
+# Tests that call t.Parallel (integration, e2e, the harness's self-tests,
+# the installed tenancy tests) wait on pods and the API, not on the CPU:
+# four at once on two cores.
 PARALLEL="${TEST_PARALLEL:-4}"
 REPORT="${KUBEFILL_TEST_REPORT:-$PWD/_output/test-report}"
 rm -rf "$REPORT" && mkdir -p "$REPORT"
@@ -38,6 +41,9 @@ on_exit() {
   echo
   echo "=== where the time went (events in $REPORT)"
   "$REPORT/testreport" summary -dir "$REPORT" || true
+  # The steps' total counts integration's time and e2e's both, though they
+  # run side by side; this is the run's own.
+  echo "wall time of this run: $(( $(date +%s) - t0 ))s"
 }
 trap on_exit EXIT
 
@@ -101,7 +107,7 @@ run_integration() {
   stage "integration tests (real kube-apiserver + etcd)"
   KUBEBUILDER_ASSETS="$(bash hack/testbin.sh)"
   export KUBEBUILDER_ASSETS
-  gotest integration -count=1 -timeout 20m ./tests/integration/...
+  gotest integration -count=1 -timeout 20m -parallel "$PARALLEL" ./tests/integration/...
 }
 
 e2e_builds() {
@@ -152,17 +158,87 @@ run_e2e() {
   gotest e2e -count=1 -timeout 40m -parallel "$PARALLEL" ./tests/e2e/...
   # The install itself (manifests/ applied, every component a pod from the
   # image) and a smoke set against it; a cluster of its own, after e2e's.
-  gotest installed -count=1 -timeout 20m ./tests/installed/...
+  gotest installed -count=1 -timeout 20m -parallel "$PARALLEL" ./tests/installed/...
   # Load and scale at small counts, the controller as a process (full counts: make bench-load).
   gotest load -count=1 -timeout 15m ./tests/load/...
+}
+
+# The stages that need no local cluster (unit with its fuzzing, integration
+# with a kube-apiserver and etcd of its own) run beside e2e when it runs:
+# e2e's stage waits on one real node at a time, and these do not need it.
+# Their output is kept and printed once they end; SIDE_BY_SIDE=0 runs
+# every stage one after the other.
+wants() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
+lane=()
+if [ "${SIDE_BY_SIDE:-1}" = 1 ] && wants e2e; then
+  for s in "${stages[@]}"; do
+    case "$s" in unit | integration) lane+=("$s") ;; esac
+  done
+fi
+in_lane() { local s; for s in "${lane[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
+lane_pid=
+start_lane() {
+  stage "${lane[*]} beside the end-to-end tests; their output once they end"
+  # Installed once here, not by both lanes at once.
+  bash hack/deps.sh
+  # A process group of its own, so that an early exit ends all of it.
+  set -m
+  (for s in "${lane[@]}"; do "run_$s"; done) >"$REPORT/beside-e2e.out" 2>&1 &
+  lane_pid=$!
+  set +m
+  cleanup+=('stop_lane')
+}
+stop_lane() {
+  [ -n "$lane_pid" ] || return 0
+  if kill -0 "$lane_pid" 2>/dev/null; then
+    kill -TERM -- "-$lane_pid" 2>/dev/null || true
+    wait "$lane_pid" 2>/dev/null || true
+    echo; echo "=== ${lane[*]}, stopped early: their output"
+    cat "$REPORT/beside-e2e.out"
+  fi
+  lane_pid=
+}
+wait_lane() {
+  local rc=0
+  wait "$lane_pid" || rc=$?
+  lane_pid=
+  echo; echo "=== ${lane[*]}, run beside the end-to-end tests ($(( $(date +%s) - t0 ))s elapsed): their output"
+  cat "$REPORT/beside-e2e.out"
+  [ $rc = 0 ] || echo "=== ${lane[*]} failed (exit $rc)"
+  return $rc
+}
+
+# run_e2e in a subshell: what it asks to clean up is done when the
+# subshell ends, not left to the parent (whose list also stops the lane).
+e2e_subshell() {
+  local first=${#cleanup[@]}
+  trap 'for c in "${cleanup[@]:'"$first"'}"; do eval "$c"; done' EXIT
+  run_e2e
 }
 
 for s in "${stages[@]}"; do
   case "$s" in
     checks) run_checks ;;
-    unit) run_unit ;;
-    integration) run_integration ;;
-    e2e) run_e2e ;;
+    unit) in_lane unit || run_unit ;;
+    integration) in_lane integration || run_integration ;;
+    e2e)
+      if [ ${#lane[@]} -eq 0 ]; then
+        run_e2e
+        continue
+      fi
+      start_lane
+      # e2e in a subshell of its own with set -e (a || would switch it
+      # off), so that the stages beside it are waited for and reported
+      # however e2e ends.
+      set +e
+      (set -e; e2e_subshell)
+      e2e_rc=$?
+      set -e
+      lane_rc=0
+      wait_lane || lane_rc=$?
+      [ $e2e_rc = 0 ] || exit $e2e_rc
+      [ $lane_rc = 0 ] || exit $lane_rc
+      ;;
     *) echo "unknown stage $s (want checks, unit, integration or e2e)" >&2; exit 2 ;;
   esac
 done
