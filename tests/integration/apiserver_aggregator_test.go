@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,6 +46,9 @@ func runIP(t *testing.T, args ...string) {
 	}
 }
 
+// netnsSeq numbers the network namespaces this process makes.
+var netnsSeq atomic.Int32
+
 func newTestNetns(t *testing.T) *testNetns {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -53,11 +57,14 @@ func newTestNetns(t *testing.T) *testNetns {
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Fatal("the aggregator test needs the ip command (Debian package iproute2)")
 	}
+	// Tests of one process run side by side: the names carry a number of
+	// the call's own beside the process id.
+	seq := int(netnsSeq.Add(1))
 	n := &testNetns{
-		name:   fmt.Sprintf("kfagg%d", os.Getpid()),
-		hostIf: fmt.Sprintf("kfah%d", os.Getpid()%100000),
+		name:   fmt.Sprintf("kfagg%d-%d", os.Getpid(), seq),
+		hostIf: fmt.Sprintf("kfah%d-%d", os.Getpid()%100000, seq),
 	}
-	nsIf := fmt.Sprintf("kfan%d", os.Getpid()%100000)
+	nsIf := fmt.Sprintf("kfan%d-%d", os.Getpid()%100000, seq)
 	runIP(t, "netns", "add", n.name)
 	t.Cleanup(func() {
 		_ = exec.Command("ip", "link", "del", n.hostIf).Run()
@@ -70,7 +77,7 @@ func newTestNetns(t *testing.T) *testNetns {
 	runIP(t, "link", "set", n.hostIf, "up")
 	// Pick a /32 pair whose route is free; another test process may hold one.
 	for try := 0; ; try++ {
-		id := (os.Getpid() + try) % 250
+		id := (os.Getpid() + 17*seq + try) % 250
 		n.hostAddr, n.nsAddr = fmt.Sprintf("10.252.%d.1", id), fmt.Sprintf("10.252.%d.2", id)
 		if out, err := exec.Command("ip", "route", "add", n.nsAddr+"/32", "dev", n.hostIf).CombinedOutput(); err != nil {
 			if try < 10 && strings.Contains(string(out), "File exists") {

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -174,10 +175,14 @@ func TestCloneSnapshotByCopy(t *testing.T) {
 			t.Errorf("source pod mounts %+v, want %s read-only", v.PersistentVolumeClaim, restoreKey.Name)
 		}
 	}
-	_ = k8sClient.Get(ctx, client.ObjectKeyFromObject(target), target)
-	if p := target.Annotations[cdiv1.AnnClonePhase]; p != "HostClone" {
-		t.Errorf("clonePhase %q, want HostClone", p)
-	}
+	// The populator records the phase on the target after it creates the pod.
+	kit.Eventually(t, 30*time.Second, kit.Interval, "the target's clonePhase HostClone", func() (bool, string, error) {
+		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(target), target); err != nil {
+			return false, "", err
+		}
+		p := target.Annotations[cdiv1.AnnClonePhase]
+		return p == "HostClone", fmt.Sprintf("clonePhase %q", p), nil
+	})
 }
 
 // useSnapshotControlPlane starts a control plane of the test's own with the
