@@ -16,8 +16,15 @@ import (
 // maxCopiedEvents bounds that list; a prime rarely has more than a handful.
 const maxCopiedEvents = 50
 
+// reasonClaimMisbound is the PV controller's warning on a claim whose
+// volume's claimRef names another claim.
+const reasonClaimMisbound = "ClaimMisbound"
+
 // EventsToCopy picks the prime's events the target has not been shown yet,
 // oldest first, and returns them with the updated list of copied names.
+// ClaimMisbound is left out: the PV controller says it of the prime once its
+// volume's claimRef names the target, which is the rebind itself, and the
+// informer cache can show that event before it shows the target Bound.
 func EventsToCopy(events []corev1.Event, copied string) ([]corev1.Event, string) {
 	seen := strings.Split(copied, ",")
 	if copied == "" {
@@ -25,7 +32,7 @@ func EventsToCopy(events []corev1.Event, copied string) ([]corev1.Event, string)
 	}
 	var out []corev1.Event
 	for _, e := range events {
-		if slices.Contains(seen, e.Name) {
+		if slices.Contains(seen, e.Name) || e.Reason == reasonClaimMisbound {
 			continue
 		}
 		out = append(out, e)

@@ -27,6 +27,8 @@ func TestEventsToCopy(t *testing.T) {
 	for i := range many {
 		many[i] = ev(fmt.Sprintf("e%02d", i), t0.Add(time.Duration(i)*time.Second))
 	}
+	misbound := ev("m", t0.Add(time.Second))
+	misbound.Reason = "ClaimMisbound"
 	for _, tc := range []struct {
 		name       string
 		events     []corev1.Event
@@ -38,6 +40,7 @@ func TestEventsToCopy(t *testing.T) {
 		{"all new, oldest first", []corev1.Event{ev("b", t0.Add(time.Second)), ev("a", t0)}, "", "a,b", "b,a"},
 		{"already copied are skipped", []corev1.Event{ev("a", t0), ev("b", t0.Add(time.Second))}, "a", "b", "a,b"},
 		{"nothing new", []corev1.Event{ev("a", t0)}, "a", "", "a"},
+		{"the rebind's ClaimMisbound is not the target's", []corev1.Event{ev("a", t0), misbound}, "", "a", "a"},
 		{"the new API's eventTime counts", []corev1.Event{
 			{ObjectMeta: metav1.ObjectMeta{Name: "new"}, EventTime: metav1.NewMicroTime(t0.Add(-time.Minute))}, ev("old", t0)}, "", "new,old", "new,old"},
 		{"the list stays bounded", many, "", names(many), strings.Split(names(many), ",")[10] + "," + strings.Join(strings.Split(names(many), ",")[11:], ",")},

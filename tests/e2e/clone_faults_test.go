@@ -158,7 +158,7 @@ func (s *cloneStack) testSourceAfterTokenExpired(t *testing.T, class string) {
 	})
 	_, err := validator.Validate(short)
 	t.Logf("short token refused %s after the wait began: %v", waited.Round(time.Millisecond), err)
-	src := s.makeSource(t, srcNs, "later", class, "32Mi", false, 0)
+	src := s.makeLateSource(t, srcNs, "later", class, "32Mi")
 	dv, seen := s.waitCloned(t, dstNs, "early", srcNs, cloneTimeout)
 	t.Logf("clone created before its source, source made after the short token expired: phases %v", seen)
 	s.assertClone(t, dv, src, cloneExpect{strategy: cdiv1.CloneStrategyCsiClone})

@@ -141,12 +141,45 @@ type source struct {
 // data instead (a source whose copy takes a while).
 func (s *cloneStack) makeSource(t *testing.T, ns, name, class, size string, block bool, dataMiB int) source {
 	t.Helper()
+	return s.makeSourceInOrder(t, ns, name, class, size, block, dataMiB, false)
+}
+
+// makeLateSource is makeSource for a clone that already waits for the claim:
+// its writer pod is made before the claim, so the clone, which waits while a
+// pod may write to its source, cannot take the claim between its binding
+// and the writer's start, when it is still empty.
+func (s *cloneStack) makeLateSource(t *testing.T, ns, name, class, size string) source {
+	t.Helper()
+	return s.makeSourceInOrder(t, ns, name, class, size, false, 0, true)
+}
+
+func (s *cloneStack) makeSourceInOrder(t *testing.T, ns, name, class, size string, block bool, dataMiB int, writerFirst bool) source {
+	t.Helper()
 	mode := corev1.PersistentVolumeFilesystem
 	if block {
 		mode = corev1.PersistentVolumeBlock
 	}
+	writer := sourceWriter(name, block, dataMiB)
+	if writerFirst {
+		kit.CreatePod(t, cl.Client, ns, writer)
+	}
 	createPVC(t, ns, pvcSpec(name, class, size, mode))
 	pvc := waitPVCPhase(t, ns, name, corev1.ClaimBound, time.Minute)
+	var sha string
+	if writerFirst {
+		sha = strings.TrimSpace(kit.AwaitCompletion(t, cl.Client, ns, writer.Name))
+	} else {
+		sha = strings.TrimSpace(runToCompletion(t, ns, writer))
+	}
+	if len(sha) != 64 {
+		t.Fatalf("writer of %s/%s reported %q", ns, name, sha)
+	}
+	return source{ns: ns, name: name, block: block, sha: sha, volume: pvc.Spec.VolumeName, uid: pvc.UID}
+}
+
+// sourceWriter is the pod that fills a source claim and reports the sha256
+// of its first cloneDataSize bytes.
+func sourceWriter(name string, block bool, dataMiB int) *corev1.Pod {
 	target, bytes := "/data/disk.img", cloneDataSize
 	if dataMiB > 0 {
 		bytes = dataMiB << 20
@@ -167,11 +200,7 @@ func (s *cloneStack) makeSource(t *testing.T, ns, name, class, size string, bloc
 	}
 	// The checks read cloneDataSize bytes; the writer hashes as many.
 	fmt.Fprintf(&script, "sync && head -c %d %s | sha256sum | cut -d' ' -f1 > /dev/termination-log", cloneDataSize, target)
-	sha := strings.TrimSpace(runToCompletion(t, ns, podWithClaim("write-"+name, name, block, script.String())))
-	if len(sha) != 64 {
-		t.Fatalf("writer of %s/%s reported %q", ns, name, sha)
-	}
-	return source{ns: ns, name: name, block: block, sha: sha, volume: pvc.Spec.VolumeName, uid: pvc.UID}
+	return podWithClaim("write-"+name, name, block, script.String())
 }
 
 // readClaims mounts claims (all in ns, read-only) in one pod and returns the

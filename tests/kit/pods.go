@@ -141,16 +141,23 @@ func DescribePod(cs kubernetes.Interface, ns string, p *corev1.Pod) string {
 func RunToCompletion(t testing.TB, cs kubernetes.Interface, ns string, pod *corev1.Pod) string {
 	t.Helper()
 	CreatePod(t, cs, ns, pod)
-	done := WaitPod(t, cs, ns, pod.Name, 2*time.Minute, "Succeeded", func(p *corev1.Pod) bool { return Terminal(p.Status.Phase) })
+	return AwaitCompletion(t, cs, ns, pod.Name)
+}
+
+// AwaitCompletion waits for a pod made earlier to succeed, returning the main
+// container's termination message.
+func AwaitCompletion(t testing.TB, cs kubernetes.Interface, ns, name string) string {
+	t.Helper()
+	done := WaitPod(t, cs, ns, name, 2*time.Minute, "Succeeded", func(p *corev1.Pod) bool { return Terminal(p.Status.Phase) })
 	if done.Status.Phase != corev1.PodSucceeded {
-		t.Fatalf("pod %s failed: %s", pod.Name, DescribePod(cs, ns, done))
+		t.Fatalf("pod %s failed: %s", name, DescribePod(cs, ns, done))
 	}
 	for _, c := range done.Status.ContainerStatuses {
 		if c.Name == "main" && c.State.Terminated != nil {
 			return c.State.Terminated.Message
 		}
 	}
-	t.Fatalf("pod %s has no terminated main container: %s", pod.Name, DescribePod(cs, ns, done))
+	t.Fatalf("pod %s has no terminated main container: %s", name, DescribePod(cs, ns, done))
 	return ""
 }
 
