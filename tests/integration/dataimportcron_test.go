@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -140,14 +141,29 @@ func succeed(t *testing.T, dv *cdiv1.DataVolume) {
 	if err := k8sClient.Create(ctx, pvc); err != nil {
 		t.Fatal(err)
 	}
-	pvc.Status.Phase = corev1.ClaimBound
-	if err := k8sClient.Status().Update(ctx, pvc); err != nil {
-		t.Fatal(err)
+	// The controllers of the other tests' namespaces run beside this one and
+	// may touch the objects between the reads and the writes: write again on
+	// a conflict, onto what is there now.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(pvc), pvc); err != nil {
+			return err
+		}
+		pvc.Status.Phase = corev1.ClaimBound
+		return k8sClient.Status().Update(ctx, pvc)
+	})
+	if err != nil {
+		t.Fatalf("marking claim %s Bound: %v", pvc.Name, err)
 	}
-	dv.Status.Phase = cdiv1.Succeeded
-	dv.Status.Progress = "100.0%"
-	if err := k8sClient.Status().Update(ctx, dv); err != nil {
-		t.Fatal(err)
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(dv), dv); err != nil {
+			return err
+		}
+		dv.Status.Phase = cdiv1.Succeeded
+		dv.Status.Progress = "100.0%"
+		return k8sClient.Status().Update(ctx, dv)
+	})
+	if err != nil {
+		t.Fatalf("marking DataVolume %s Succeeded: %v", dv.Name, err)
 	}
 }
 
