@@ -165,12 +165,10 @@ func (s *cloneStack) makeSourceInOrder(t *testing.T, ns, name, class, size strin
 	}
 	createPVC(t, ns, pvcSpec(name, class, size, mode))
 	pvc := waitPVCPhase(t, ns, name, corev1.ClaimBound, time.Minute)
-	var sha string
-	if writerFirst {
-		sha = strings.TrimSpace(kit.AwaitCompletion(t, cl.Client, ns, writer.Name))
-	} else {
-		sha = strings.TrimSpace(runToCompletion(t, ns, writer))
+	if !writerFirst {
+		kit.CreatePod(t, cl.Client, ns, writer)
 	}
+	sha := strings.TrimSpace(kit.AwaitCompletion(t, cl.Client, ns, writer.Name))
 	if len(sha) != 64 {
 		t.Fatalf("writer of %s/%s reported %q", ns, name, sha)
 	}
