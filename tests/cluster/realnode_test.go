@@ -56,12 +56,36 @@ func hostTraces(t *testing.T) []string {
 			}
 		}
 	}
-	backing := glob("/sys/block/loop*/loop/backing_file")
-	add("loop", backing...)
+	// A loop device by the file behind it, so that a device another
+	// process attached (the CSI driver's own tests beside this one) is told
+	// from one the node left.
+	for _, f := range glob("/sys/block/loop*/loop/backing_file") {
+		b, _ := os.ReadFile(f)
+		add("loop", strings.TrimSpace(string(b)))
+	}
 	fwd, _ := os.ReadFile("/proc/sys/net/ipv4/ip_forward")
 	add("ip_forward", strings.TrimSpace(string(fwd)))
 	sort.Strings(out)
 	return out
+}
+
+// ownTrace says whether a host trace may be the node's (of the cluster
+// with network prefix prefix and directory dir), not another process's:
+// other clusters and the integration tests beside this one make links and
+// network namespaces named kf… with a prefix of their own, and the CSI
+// driver's tests attach loop devices to files outside dir.
+func ownTrace(trace, prefix, dir string) bool {
+	kind, name, _ := strings.Cut(trace, " ")
+	switch kind {
+	case "link":
+		return !strings.HasPrefix(name, "kf") || strings.HasPrefix(name, prefix)
+	case "netns":
+		base := filepath.Base(name)
+		return !strings.HasPrefix(base, "kf") || strings.HasPrefix(base, prefix)
+	case "loop":
+		return strings.HasPrefix(name, dir+"/")
+	}
+	return true
 }
 
 // TestRealNodeStartStop starts a real node with storage, runs a pod that
@@ -134,12 +158,7 @@ func TestRealNodeStartStop(t *testing.T) {
 		t.Errorf("left behind after Stop: %v", left)
 	}
 	after := hostTraces(t)
-	// Other clusters (the node agent's) may come and go meanwhile: their
-	// links carry their own prefix.
-	ours := func(s string) bool {
-		name, isLink := strings.CutPrefix(s, "link ")
-		return !isLink || !strings.HasPrefix(name, "kf") || strings.HasPrefix(name, st.NetPrefix)
-	}
+	ours := func(s string) bool { return ownTrace(s, st.NetPrefix, st.Dir) }
 	var added, removed []string
 	for _, s := range after {
 		if !slices.Contains(before, s) && ours(s) {
@@ -161,4 +180,27 @@ func TestRealNodeStartStop(t *testing.T) {
 		}
 	}
 	t.Logf("host traces while the node ran (all gone after Stop): %d, e.g. %v", len(seen), seen[:min(len(seen), 12)])
+}
+
+func TestOwnTrace(t *testing.T) {
+	for _, tc := range []struct {
+		trace string
+		want  bool
+	}{
+		{"link kfab12node", true},
+		{"link kfcd34node", false},
+		{"link eth0", true},
+		{"netns /var/run/netns/cni-1234", true},
+		{"netns /var/run/netns/kfagg77-1", false},
+		{"netns /var/run/netns/kfab12x", true},
+		{"loop /tmp/kf-cluster-1/csi/vol-1/disk.img", true},
+		{"loop /tmp/kf-cluster-1/csi/vol-1/disk.img (deleted)", true},
+		{"loop /tmp/TestBlockVolumes123/disk.img", false},
+		{"loop /tmp/kf-cluster-10/disk.img", false},
+		{"iptables-nat -N KUBE-SERVICES", true},
+	} {
+		if got := ownTrace(tc.trace, "kfab12", "/tmp/kf-cluster-1"); got != tc.want {
+			t.Errorf("ownTrace(%q) = %v, want %v", tc.trace, got, tc.want)
+		}
+	}
 }
