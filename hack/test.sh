@@ -5,11 +5,12 @@
 #                fuzz targets' corpora run here as regression tests), then
 #                fuzzing within a fixed budget (hack/fuzz.sh)
 #   integration  tests/integration against a real kube-apiserver and etcd
-#   e2e          the local cluster's own tests (csi-sanity, real node start/stop,
-#                tests/cluster/selftest), then tests/e2e, tests/installed and tests/load on it
+#   e2e          the local cluster's own tests (real node start/stop, dev up/down,
+#                tests/cluster/selftest), then tests/e2e on a cluster, and
+#                tests/installed and tests/load on one they share
 # Name stages to run only those: hack/test.sh unit integration
-# With e2e, unit and integration run beside it (SIDE_BY_SIDE=0: one after
-# the other).
+# With e2e, unit, integration and the harness's tests that need no real node
+# run beside it (SIDE_BY_SIDE=0: one after the other).
 #
 # Every go test runs with -json through tests/internal/testreport, which
 # prints what go test would and keeps the events in $KUBEFILL_TEST_REPORT
@@ -110,6 +111,25 @@ run_integration() {
   gotest integration -count=1 -timeout 20m -parallel "$PARALLEL" ./tests/integration/...
 }
 
+# The harness's tests that start a real node; the rest of tests/cluster and
+# tests/csi need none and run beside the end-to-end tests.
+REAL_NODE_HARNESS_TESTS='^(TestRealNodeStartStop|TestDevUpDown)$'
+
+# run_harness_parts runs the harness's own tests that need no real node: the
+# CSI driver (csi-sanity, loop devices, bind mounts), the pause binary, and
+# tests/cluster's control-plane starts and restarts.
+run_harness_parts() {
+  stage "the harness's own tests that need no real node"
+  KUBEBUILDER_ASSETS="$(bash hack/testbin.sh)"
+  export KUBEBUILDER_ASSETS
+  bash hack/sidecars.sh >/dev/null
+  local pkgs
+  pkgs=$(go list ./tests/csi/... ./tests/cluster/cmd/...)
+  # shellcheck disable=SC2086 # package paths, one a line
+  gotest harness-parts -count=1 -timeout 20m $pkgs
+  gotest harness-cluster -count=1 -timeout 20m -skip "$REAL_NODE_HARNESS_TESTS" ./tests/cluster/
+}
+
 e2e_builds() {
   bash hack/deps.sh
   bash hack/testbin.sh >/dev/null
@@ -146,21 +166,32 @@ run_e2e() {
   KUBEBUILDER_ASSETS="$(bash hack/testbin.sh)"
   KUBEFILL_VIRTCTL="$(bash hack/virtctl.sh)/virtctl"
   export KUBEBUILDER_ASSETS KUBEFILL_VIRTCTL
-  # The harness's own parts: CSI driver (csi-sanity), the real node's start
-  # and stop (nothing left on the host), the dev CLI's up and down; then its
-  # self-tests on a cluster of their own (one real node at a time: not
-  # beside tests/cluster's own starts).
-  local harness
-  harness=$(go list ./tests/csi/... ./tests/cluster/... | grep -v /tests/cluster/selftest)
-  # shellcheck disable=SC2086 # package paths, one a line
-  gotest harness -count=1 -timeout 20m $harness
+  # The harness's parts that need no real node run beside (run_harness_parts);
+  # here the ones that start one: the real node's start and stop (nothing
+  # left on the host) and the dev CLI's up and down; then its self-tests on
+  # a cluster of their own (one real node at a time: not beside
+  # tests/cluster's own starts).
+  in_lane harness_parts || run_harness_parts
+  gotest harness -count=1 -timeout 20m -run "$REAL_NODE_HARNESS_TESTS" ./tests/cluster/
   gotest harness-selftest -count=1 -timeout 20m -parallel "$PARALLEL" ./tests/cluster/selftest/
   gotest e2e -count=1 -timeout 40m -parallel "$PARALLEL" ./tests/e2e/...
-  # The install itself (manifests/ applied, every component a pod from the
-  # image) and a smoke set against it; a cluster of its own, after e2e's.
+  # tests/installed and tests/load share one cluster after e2e's, which
+  # kubefill-dev starts and, after both, removes, checking that nothing is
+  # left on the host. First the install itself (manifests/ applied, every
+  # component a pod from the image) and a smoke set against it, uninstalled
+  # at its end; then load and scale at small counts, the controller as a
+  # process (full counts: make bench-load).
+  local dev shared
+  dev="$REPORT/kubefill-dev"
+  go build -o "$dev" ./tests/cluster/cmd/kubefill-dev
+  shared=$(mktemp -d "${TMPDIR:-/tmp}/kubefill-cluster-shared-XXXXXX")
+  cleanup+=("\"$dev\" down --dir \"$shared\" >/dev/null 2>&1 || true")
+  step shared-cluster-up "$dev" up --dir "$shared"
+  export KUBEFILL_SHARED_CLUSTER="$shared"
   gotest installed -count=1 -timeout 20m -parallel "$PARALLEL" ./tests/installed/...
-  # Load and scale at small counts, the controller as a process (full counts: make bench-load).
   gotest load -count=1 -timeout 15m ./tests/load/...
+  unset KUBEFILL_SHARED_CLUSTER
+  step shared-cluster-down "$dev" down --dir "$shared"
 }
 
 # The stages that need no local cluster (unit with its fuzzing, integration
@@ -174,6 +205,7 @@ if [ "${SIDE_BY_SIDE:-1}" = 1 ] && wants e2e; then
   for s in "${stages[@]}"; do
     case "$s" in unit | integration) lane+=("$s") ;; esac
   done
+  has_go_files tests/e2e && lane+=(harness_parts)
 fi
 in_lane() { local s; for s in "${lane[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 lane_pid=
