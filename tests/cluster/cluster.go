@@ -102,6 +102,8 @@ type Cluster struct {
 	apiserver   string
 	ownsDir     bool
 	kubefillBin string
+	// attached: another process started the cluster and stops it (Attach).
+	attached bool
 
 	stopMu  sync.Mutex
 	stopped bool
@@ -273,11 +275,12 @@ func (c *Cluster) State() State {
 	return s
 }
 
-// Stop tears everything down. It is safe to call more than once.
+// Stop tears everything down. It is safe to call more than once. An
+// attached cluster (Attach) is left running for the process that started it.
 func (c *Cluster) Stop() error {
 	c.stopMu.Lock()
 	defer c.stopMu.Unlock()
-	if c.stopped {
+	if c.stopped || c.attached {
 		return nil
 	}
 	c.stopped = true

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -203,6 +204,95 @@ func (in *Installer) Install(ctx context.Context) error {
 		}
 	}
 	return in.WaitAPIService(ctx, UploadAPIService)
+}
+
+// Uninstall deletes what Install applied except the CRDs (so the objects
+// of Kubefill's kinds stay, as after `kubectl delete -k manifests/install`)
+// and waits until the install's namespaces are gone. The APIService and the
+// webhook configurations go first, so that kube-apiserver never calls a
+// Service that is going; the namespaces last.
+func (in *Installer) Uninstall(ctx context.Context) error {
+	var objs []*unstructured.Unstructured
+	for _, dir := range in.opts.Dirs {
+		o, err := ManifestObjects(dir, in.opts.Image)
+		if err != nil {
+			return err
+		}
+		objs = append(objs, o...)
+	}
+	in.disc.Invalidate()
+	in.mapper.Reset()
+	var namespaces []string
+	for _, u := range uninstallOrder(objs) {
+		if u.GetKind() == "Namespace" {
+			namespaces = append(namespaces, u.GetName())
+		}
+		if err := in.delete(ctx, u); err != nil {
+			return err
+		}
+	}
+	gvr := schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+	for _, ns := range namespaces {
+		err := pollUntil(ctx, "namespace "+ns+" to be gone", func() (bool, string, error) {
+			got, err := in.dyn.Resource(gvr).Get(ctx, ns, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return true, "", nil
+			}
+			if err != nil {
+				return false, "", err
+			}
+			phase, _, _ := unstructured.NestedString(got.Object, "status", "phase")
+			return false, phase, nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// uninstallOrder is what Uninstall deletes of the install's objects, in
+// order: not the CRDs; what kube-apiserver calls (the APIService, the
+// webhooks) first, the namespaces last, the rest in the reverse of the
+// install's order.
+func uninstallOrder(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
+	out := slices.DeleteFunc(slices.Clone(objs), func(u *unstructured.Unstructured) bool { return u.GetKind() == "CustomResourceDefinition" })
+	slices.Reverse(out)
+	slices.SortStableFunc(out, func(a, b *unstructured.Unstructured) int { return uninstallRank(a) - uninstallRank(b) })
+	return out
+}
+
+// uninstallRank orders Uninstall's deletions (see uninstallOrder).
+func uninstallRank(u *unstructured.Unstructured) int {
+	switch u.GetKind() {
+	case "APIService", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration":
+		return 0
+	case "Namespace":
+		return 2
+	}
+	return 1
+}
+
+// delete deletes one object, in the background; one that is gone, or of a
+// kind the cluster does not serve (the Prometheus operator's), is no error.
+func (in *Installer) delete(ctx context.Context, u *unstructured.Unstructured) error {
+	gvk := u.GroupVersionKind()
+	m, err := in.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if meta.IsNoMatchError(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("mapping %s: %w", gvk, err)
+	}
+	var ri dynamic.ResourceInterface = in.dyn.Resource(m.Resource)
+	if m.Scope.Name() == meta.RESTScopeNameNamespace {
+		ri = in.dyn.Resource(m.Resource).Namespace(u.GetNamespace())
+	}
+	policy := metav1.DeletePropagationBackground
+	if err := ri.Delete(ctx, u.GetName(), metav1.DeleteOptions{PropagationPolicy: &policy}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting %s %s/%s: %w", gvk.Kind, u.GetNamespace(), u.GetName(), err)
+	}
+	return nil
 }
 
 // addContainerArgs appends args to container's arguments when u is

@@ -53,3 +53,44 @@ func equalObjects(a, b *unstructured.Unstructured) bool {
 	jb, _ := b.MarshalJSON()
 	return string(ja) == string(jb)
 }
+
+// Uninstall deletes every object of manifests/ but the CRDs, what
+// kube-apiserver calls before the Services behind it, and the namespace
+// last.
+func TestUninstallOrder(t *testing.T) {
+	_, file, _, _ := runtime.Caller(0)
+	objs, err := ManifestObjects(filepath.Join(filepath.Dir(file), "..", "..", "manifests"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	order := uninstallOrder(objs)
+	crds := 0
+	for _, u := range objs {
+		if u.GetKind() == "CustomResourceDefinition" {
+			crds++
+		} else if !slices.Contains(order, u) {
+			t.Errorf("%s %s/%s is not deleted", u.GetKind(), u.GetNamespace(), u.GetName())
+		}
+	}
+	if crds == 0 || len(order) != len(objs)-crds {
+		t.Errorf("%d objects to delete of %d with %d CRDs", len(order), len(objs), crds)
+	}
+	firstService, lastCalled := len(order), -1
+	for i, u := range order {
+		switch u.GetKind() {
+		case "CustomResourceDefinition":
+			t.Errorf("CRD %s is deleted", u.GetName())
+		case "APIService", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration":
+			lastCalled = i
+		case "Service", "Deployment":
+			firstService = min(firstService, i)
+		case "Namespace":
+			if i != len(order)-1 {
+				t.Errorf("namespace %s is deleted at %d of %d, not last", u.GetName(), i, len(order))
+			}
+		}
+	}
+	if lastCalled < 0 || lastCalled > firstService {
+		t.Errorf("the APIService and webhooks (last at %d) are not deleted before the Services and Deployments (first at %d)", lastCalled, firstService)
+	}
+}

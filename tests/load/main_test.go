@@ -109,7 +109,8 @@ func runMain(m *testing.M) int {
 		log.Printf("load: sweeping stale clusters: %v", err)
 	}
 	start := time.Now()
-	c, err := cluster.Start(context.Background(), cluster.Options{
+	// On the cluster hack/test.sh shares with tests/installed, or one of its own.
+	c, err := cluster.StartOrAttach(context.Background(), cluster.Options{
 		Storage: withNode,
 		Node:    withNode,
 		// Before kube-controller-manager starts, so that its garbage
@@ -153,15 +154,8 @@ func runMain(m *testing.M) int {
 		return m.Run()
 	}()
 	signal.Stop(sigs)
-	state := c.State()
-	if err := c.Stop(); err != nil {
-		fmt.Fprintf(os.Stderr, "load: stop local cluster: %v\n", err)
-		if code == 0 {
-			code = 1
-		}
-	}
-	if left := state.Leftovers(); len(left) > 0 {
-		fmt.Fprintf(os.Stderr, "load: left behind after Stop: %v\n", left)
+	if err := c.StopAndCheck(); err != nil {
+		fmt.Fprintf(os.Stderr, "load: %v\n", err)
 		if code == 0 {
 			code = 1
 		}

@@ -74,8 +74,16 @@ func runDown(args []string) error {
 		fmt.Printf("nothing to do: %s does not exist\n", *dir)
 		return nil
 	}
+	// What it recorded, read before Teardown removes the directory, to check
+	// after it that nothing is left on the host.
+	st, stErr := cluster.LoadState(*dir)
 	if err := cluster.Teardown(*dir, true); err != nil {
 		return err
+	}
+	if stErr == nil {
+		if left := st.Leftovers(); len(left) > 0 {
+			return fmt.Errorf("left behind after removing the cluster in %s: %v", *dir, left)
+		}
 	}
 	fmt.Printf("removed the cluster in %s\n", *dir)
 	return nil
