@@ -104,6 +104,10 @@ printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 "$addr" 80 | tail -n 1 >> /dev/termina
 api=$(nslookup kubernetes.default.svc.cluster.local | awk '/^Address: /{a=$2} END{print a}')
 printf '|%%s|' "$api" >> /dev/termination-log
 printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 "$api" 443 | head -n 1 >> /dev/termination-log`, ns)
+	want := svc.Spec.ClusterIP + "|hello from web\n|10.96.0.1|HTTP/1.0 400 Bad Request\r\n"
+	// Tried again until a pod gets the answer: the pod succeeds however nc
+	// ends (the pipeline's status is tail's), and kube-proxy programs the
+	// new Service's rules a moment after the Service is made.
 	var msg string
 	kit.Eventually(t, time.Minute, time.Second, "a pod to reach the Service by name", func() (bool, string, error) {
 		name := "client-" + randomSuffix()
@@ -118,9 +122,8 @@ printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 "$api" 443 | head -n 1 >> /dev/termina
 		if cs := p.Status.ContainerStatuses[0].State.Terminated; cs != nil {
 			msg = cs.Message
 		}
-		return p.Status.Phase == corev1.PodSucceeded, "last try: " + msg, nil
+		return p.Status.Phase == corev1.PodSucceeded && msg == want, fmt.Sprintf("last try: %s %q", p.Status.Phase, msg), nil
 	})
-	want := svc.Spec.ClusterIP + "|hello from web\n|10.96.0.1|HTTP/1.0 400 Bad Request\r\n"
 	if msg != want {
 		t.Fatalf("the client pod said %q, want %q", msg, want)
 	}
