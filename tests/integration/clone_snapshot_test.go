@@ -15,7 +15,6 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 	"github.com/kubefill/kubefill/pkg/clone"
@@ -41,11 +40,11 @@ func TestCloneBySnapshot(t *testing.T) {
 	ns, installNS := newNamespace(t), newNamespace(t)
 	className := ns + "-csi"
 	mode := storagev1.VolumeBindingImmediate
-	mustCreate(t, k8sClient, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: className}, Provisioner: cloneDriver,
+	createClusterScoped(t, k8sClient, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: className}, Provisioner: cloneDriver,
 		VolumeBindingMode: &mode, AllowVolumeExpansion: ptr.To(true)})
-	mustCreate(t, k8sClient, &cdiv1.StorageProfile{ObjectMeta: metav1.ObjectMeta{Name: className}, Spec: cdiv1.StorageProfileSpec{
+	createClusterScoped(t, k8sClient, &cdiv1.StorageProfile{ObjectMeta: metav1.ObjectMeta{Name: className}, Spec: cdiv1.StorageProfileSpec{
 		ClaimPropertySets: []cdiv1.ClaimPropertySet{rwoFilesystem}, CloneStrategy: ptr.To(cdiv1.CloneStrategySnapshot)}})
-	mustCreate(t, sc, &snapshotv1.VolumeSnapshotClass{ObjectMeta: metav1.ObjectMeta{Name: ns + "-snap"}, Driver: cloneDriver,
+	createClusterScoped(t, sc, &snapshotv1.VolumeSnapshotClass{ObjectMeta: metav1.ObjectMeta{Name: ns + "-snap"}, Driver: cloneDriver,
 		DeletionPolicy: snapshotv1.VolumeSnapshotContentDelete})
 	runManager(t, controller.ManagerOptions{MetricsBindAddress: "0", HealthProbeBindAddress: "0",
 		WorkerImage: "kubefill/kubefill:test", InstallNamespace: installNS})
@@ -185,17 +184,12 @@ func TestCloneSnapshotByCopy(t *testing.T) {
 	})
 }
 
-// useSnapshotControlPlane starts a control plane of the test's own with the
-// snapshot CRDs, points the shared clients at it, and returns a client that
-// knows the snapshot types.
+// useSnapshotControlPlane points the shared clients at the hardened control
+// plane, which serves the snapshot CRDs, and returns a client that knows the
+// snapshot types.
 func useSnapshotControlPlane(t *testing.T) client.Client {
 	t.Helper()
-	env := ownEnvironment(t)
-	envCfg, envClient := startOwnControlPlane(t, env, "control plane with the snapshot CRDs")
-	if _, err := envtest.InstallCRDs(envCfg, envtest.CRDInstallOptions{Paths: snapshotCRDPaths(t), ErrorIfPathMissing: true}); err != nil {
-		t.Fatalf("installing the snapshot CRDs: %v", err)
-	}
-	useControlPlane(t, envCfg, envClient)
+	useHardenedControlPlane(t)
 	return snapshotClient(t)
 }
 
@@ -206,9 +200,9 @@ func copyTargetClasses(t *testing.T, ns string) (srcClass, tgtClass string) {
 	t.Helper()
 	srcClass, tgtClass = ns+"-a", ns+"-b"
 	mode := storagev1.VolumeBindingImmediate
-	mustCreate(t, k8sClient, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: srcClass}, Provisioner: cloneDriver, VolumeBindingMode: &mode})
-	mustCreate(t, k8sClient, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: tgtClass}, Provisioner: "other.csi.kubefill.test", VolumeBindingMode: &mode})
-	mustCreate(t, k8sClient, &cdiv1.StorageProfile{ObjectMeta: metav1.ObjectMeta{Name: tgtClass}, Spec: cdiv1.StorageProfileSpec{
+	createClusterScoped(t, k8sClient, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: srcClass}, Provisioner: cloneDriver, VolumeBindingMode: &mode})
+	createClusterScoped(t, k8sClient, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: tgtClass}, Provisioner: "other.csi.kubefill.test", VolumeBindingMode: &mode})
+	createClusterScoped(t, k8sClient, &cdiv1.StorageProfile{ObjectMeta: metav1.ObjectMeta{Name: tgtClass}, Spec: cdiv1.StorageProfileSpec{
 		ClaimPropertySets: []cdiv1.ClaimPropertySet{rwoFilesystem}}})
 	return srcClass, tgtClass
 }

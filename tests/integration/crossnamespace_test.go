@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 	"github.com/kubefill/kubefill/pkg/contract"
@@ -74,25 +73,8 @@ func referenceGrant(ns, name, fromNS, kind, toName string) *unstructured.Unstruc
 // grants.
 func TestCrossNamespaceImportNeedsReferenceGrant(t *testing.T) {
 	ctx := context.Background()
-	assets, err := controlPlaneAssets()
-	if err != nil {
-		t.Fatal(err)
-	}
-	gates := crossNamespaceGates(t, assets)
-	env := &envtest.Environment{
-		BinaryAssetsDirectory: assets,
-		CRDDirectoryPaths: []string{
-			filepath.Join(repoRoot(), "manifests", "crd"),
-			filepath.Join(repoRoot(), "tests", "integration", "testdata", "referencegrant-crd.yaml"),
-		},
-		ErrorIfCRDPathMissing:    true,
-		Scheme:                   scheme,
-		ControlPlaneStartTimeout: 2 * time.Minute,
-		ControlPlaneStopTimeout:  30 * time.Second,
-	}
-	env.ControlPlane.GetAPIServer().Configure().Set("feature-gates", gates)
-	envCfg, envClient := startOwnControlPlane(t, env, "control plane with --feature-gates="+gates)
-	useControlPlane(t, envCfg, envClient)
+	// The ReferenceGrant CRD and the cross-namespace data source gate.
+	useHardenedControlPlane(t)
 	if err := doApplyInstall(); err != nil {
 		t.Fatal(err)
 	}

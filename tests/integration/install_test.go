@@ -413,20 +413,15 @@ func snapshotCRDPaths(t *testing.T) []string {
 }
 
 // TestInstallControllerRBACOwnerReferencesEnforced repeats the controller's
-// flows on a control plane with the OwnerReferencesPermissionEnforcement
-// admission plugin (on in OpenShift and other hardened clusters): there,
-// setting blockOwnerDeletion on an owner reference needs update on the
-// owner's finalizers subresource, which the shared control plane never checks.
-// This control plane also serves the snapshot CRDs, so that the StorageProfile
-// controller watches VolumeSnapshotClasses under the install's RBAC.
+// flows on the hardened control plane, with the
+// OwnerReferencesPermissionEnforcement admission plugin (on in OpenShift and
+// other hardened clusters): there, setting blockOwnerDeletion on an owner
+// reference needs update on the owner's finalizers subresource, which the
+// shared control plane never checks. It also serves the snapshot CRDs, so
+// that the StorageProfile controller watches VolumeSnapshotClasses under the
+// install's RBAC.
 func TestInstallControllerRBACOwnerReferencesEnforced(t *testing.T) {
-	env := ownEnvironment(t)
-	env.ControlPlane.GetAPIServer().Configure().Set("enable-admission-plugins", "OwnerReferencesPermissionEnforcement")
-	envCfg, envClient := startOwnControlPlane(t, env, "control plane with OwnerReferencesPermissionEnforcement")
-	if _, err := envtest.InstallCRDs(envCfg, envtest.CRDInstallOptions{Paths: snapshotCRDPaths(t), ErrorIfPathMissing: true}); err != nil {
-		t.Fatalf("installing the snapshot CRDs: %v", err)
-	}
-	useControlPlane(t, envCfg, envClient)
+	useHardenedControlPlane(t)
 	if err := doApplyInstall(); err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/x509"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -324,11 +323,8 @@ func TestCrossNamespaceCloneIgnoresRetainAndPriority(t *testing.T) {
 // claim says why; a grant given again starts over with a new prime.
 func TestCrossNamespaceImportGrantRevoked(t *testing.T) {
 	ctx := context.Background()
-	env := ownEnvironment(t, filepath.Join(repoRoot(), "tests", "integration", "testdata", "referencegrant-crd.yaml"))
-	gates := crossNamespaceGates(t, env.BinaryAssetsDirectory)
-	env.ControlPlane.GetAPIServer().Configure().Set("feature-gates", gates)
-	envCfg, envClient := startOwnControlPlane(t, env, "control plane with --feature-gates="+gates)
-	useControlPlane(t, envCfg, envClient)
+	// The ReferenceGrant CRD and the cross-namespace data source gate.
+	useHardenedControlPlane(t)
 	if err := doApplyInstall(); err != nil {
 		t.Fatal(err)
 	}

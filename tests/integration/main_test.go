@@ -110,6 +110,9 @@ func runWithControlPlane(m *testing.M) int {
 	}
 	code := m.Run()
 	stopSharedClusterControllers()
+	if err := stopHardenedControlPlane(); err != nil {
+		fmt.Fprintln(os.Stderr, "stopping the hardened control plane:", err)
+	}
 	return code
 }
 

@@ -15,6 +15,7 @@ import (
 var serialOnly = map[string]string{
 	"useControlPlane":         "swaps the control plane every helper uses",
 	"useSnapshotControlPlane": "swaps the control plane every helper uses",
+	"useHardenedControlPlane": "swaps the control plane every helper uses",
 	"startReconcilers":        "runs cluster-wide reconcilers",
 	"applyInstall":            "applies the install's cluster-wide objects",
 	"doApplyInstall":          "applies the install's cluster-wide objects",
