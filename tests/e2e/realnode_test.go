@@ -40,40 +40,45 @@ func TestImporterImportsUnder64MiLimit(t *testing.T) {
 	needRealNode(t)
 	c := shared.c
 	setPodLimits(t, c, "64Mi")
-	ns := newNamespace(t)
 	begin := time.Now()
 	dir, want := bigImages(t)
 	t.Logf("2 GiB fixtures ready in %s (%s)", time.Since(begin).Round(time.Millisecond), dir)
 	url := imageServer(t, dir)
+	// Both at once, each in a namespace of its own: the limit is CDIConfig's,
+	// the same for both, and each importer may use a core of its own.
 	for _, name := range []string{"disk.qcow2", "disk.raw.gz"} {
-		dvName := strings.ReplaceAll(name, ".", "-")
-		dv := kit.DataVolume(ns, dvName, kit.HTTP(url+"/"+name), kit.WithPVC(filesystemClaim("2300Mi")))
-		start := time.Now()
-		if err := c.Create(context.Background(), dv); err != nil {
-			t.Fatal(err)
-		}
-		var worker *corev1.Pod
-		got, _ := kit.WaitDataVolume(t, c, ns, dvName, 10*time.Minute, func(dv *cdiv1.DataVolume) bool {
-			pods, err := cl.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: cdiv1.LabelComponent + "=importer"})
-			if err == nil && len(pods.Items) > 0 {
-				worker = &pods.Items[0]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ns := newNamespace(t)
+			dvName := strings.ReplaceAll(name, ".", "-")
+			dv := kit.DataVolume(ns, dvName, kit.HTTP(url+"/"+name), kit.WithPVC(filesystemClaim("2300Mi")))
+			start := time.Now()
+			if err := c.Create(context.Background(), dv); err != nil {
+				t.Fatal(err)
 			}
-			return kit.Terminal(dv.Status.Phase)
+			var worker *corev1.Pod
+			got, _ := kit.WaitDataVolume(t, c, ns, dvName, 10*time.Minute, func(dv *cdiv1.DataVolume) bool {
+				pods, err := cl.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: cdiv1.LabelComponent + "=importer"})
+				if err == nil && len(pods.Items) > 0 {
+					worker = &pods.Items[0]
+				}
+				return kit.Terminal(dv.Status.Phase)
+			})
+			if got.Status.Phase != cdiv1.Succeeded {
+				t.Fatalf("%s ended %s: %+v\nevents:\n%s", name, got.Status.Phase, got.Status.Conditions, eventsFor(ns, dvName))
+			}
+			if worker == nil {
+				t.Fatalf("%s: never saw the importer pod", name)
+			}
+			lim := worker.Spec.Containers[0].Resources.Limits[corev1.ResourceMemory]
+			if lim.Cmp(resource.MustParse("64Mi")) != 0 {
+				t.Fatalf("%s: the importer pod's memory limit is %s, want 64Mi from CDIConfig", name, lim.String())
+			}
+			t.Logf("%s: 2 GiB imported in %s under a 64Mi limit", name, time.Since(start).Round(time.Millisecond))
+			if sum := claimSHA256(t, ns, dvName, 2<<30); sum != want {
+				t.Errorf("%s: the claim holds sha256 %s, the image is %s", name, sum, want)
+			}
 		})
-		if got.Status.Phase != cdiv1.Succeeded {
-			t.Fatalf("%s ended %s: %+v\nevents:\n%s", name, got.Status.Phase, got.Status.Conditions, eventsFor(ns, dvName))
-		}
-		if worker == nil {
-			t.Fatalf("%s: never saw the importer pod", name)
-		}
-		lim := worker.Spec.Containers[0].Resources.Limits[corev1.ResourceMemory]
-		if lim.Cmp(resource.MustParse("64Mi")) != 0 {
-			t.Fatalf("%s: the importer pod's memory limit is %s, want 64Mi from CDIConfig", name, lim.String())
-		}
-		t.Logf("%s: 2 GiB imported in %s under a 64Mi limit", name, time.Since(start).Round(time.Millisecond))
-		if sum := claimSHA256(t, ns, dvName, 2<<30); sum != want {
-			t.Errorf("%s: the claim holds sha256 %s, the image is %s", name, sum, want)
-		}
 	}
 }
 
