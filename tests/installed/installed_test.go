@@ -197,6 +197,9 @@ func TestInstalled(t *testing.T) {
 	if err := kc.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
 	}
+	// Gone after the test, as every test's namespace is: tests/load runs on
+	// this cluster next.
+	t.Cleanup(func() { _ = kc.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}) })
 	dir := t.TempDir()
 	disk, diskSum := testDisk(t, dir, 8<<20)
 

@@ -89,15 +89,27 @@ func runMain(m *testing.M) int {
 			return 1
 		}
 		fmt.Printf("installed: kubectl apply -k manifests equivalent done, every Deployment available, in %s\n", time.Since(t0).Round(time.Millisecond))
+		before, err := namespaceNames(context.Background())
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "installed:", err)
+			return 1
+		}
 		code := m.Run()
 		if code != 0 {
 			fmt.Fprint(os.Stderr, diagnose(context.Background()))
 		}
 		if c.Attached() {
-			// The next package on the shared cluster runs Kubefill its own way.
+			// The next package on the shared cluster runs Kubefill its own way,
+			// and must find nothing of these tests for it to finish: their
+			// namespaces go while the installed controller still runs.
 			t0 := time.Now()
 			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 			defer cancel()
+			if err := waitNamespacesGone(ctx, before); err != nil {
+				fmt.Fprintf(os.Stderr, "installed: %v\n%s", err, diagnose(context.Background()))
+				return 1
+			}
+			fmt.Printf("installed: the tests' namespaces gone %s after the tests\n", time.Since(t0).Round(time.Millisecond))
 			if err := installer.Uninstall(ctx); err != nil {
 				fmt.Fprintf(os.Stderr, "installed: uninstall: %v\n", err)
 				return 1
@@ -114,6 +126,45 @@ func runMain(m *testing.M) int {
 		}
 	}
 	return code
+}
+
+// namespaceNames lists the cluster's namespaces.
+func namespaceNames(ctx context.Context) (map[string]bool, error) {
+	list := &corev1.NamespaceList{}
+	if err := kc.List(ctx, list); err != nil {
+		return nil, fmt.Errorf("listing namespaces: %w", err)
+	}
+	names := map[string]bool{}
+	for _, ns := range list.Items {
+		names[ns.Name] = true
+	}
+	return names, nil
+}
+
+// waitNamespacesGone waits until no namespace but those in before is left:
+// the tests delete theirs as they end, and the deletions finish in the
+// background.
+func waitNamespacesGone(ctx context.Context, before map[string]bool) error {
+	for {
+		now, err := namespaceNames(ctx)
+		if err != nil {
+			return err
+		}
+		var left []string
+		for name := range now {
+			if !before[name] {
+				left = append(left, name)
+			}
+		}
+		if len(left) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the tests' namespaces %v are not gone: %w", left, ctx.Err())
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // repoRoot is the top of the checkout.
