@@ -199,7 +199,9 @@ func TestInstalled(t *testing.T) {
 	}
 	// Gone after the test, as every test's namespace is: tests/load runs on
 	// this cluster next.
-	t.Cleanup(func() { _ = kc.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}) })
+	t.Cleanup(func() {
+		_ = kc.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	})
 	dir := t.TempDir()
 	disk, diskSum := testDisk(t, dir, 8<<20)
 

@@ -44,7 +44,9 @@ func TestInstalledRotation(t *testing.T) {
 	}
 	// Gone after the test, as every test's namespace is: tests/load runs on
 	// this cluster next.
-	t.Cleanup(func() { _ = kc.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}) })
+	t.Cleanup(func() {
+		_ = kc.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	})
 	restarts := func() map[string]int32 {
 		pods := &corev1.PodList{}
 		if err := kc.List(ctx, pods, client.InNamespace(installNS)); err != nil {
