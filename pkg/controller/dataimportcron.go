@@ -35,6 +35,7 @@ import (
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 
 	"github.com/kubefill/kubefill/pkg/cloneauth"
+	"github.com/kubefill/kubefill/pkg/populators"
 )
 
 // Event reasons of the DataImportCron controller (CDI's where CDI has one).
@@ -179,6 +180,25 @@ func (r *DataImportCronReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return EffectiveStorageClass(&cron.Spec.Template, classes.Items) == obj.GetName()
 		})
 	})
+	// The poller's pods are placed by the CDI resource and pull with
+	// CDIConfig's secrets (and reach the registry as it says): a change
+	// to either rewrites every cron's CronJob.
+	everyCron := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+		return r.cronsMatching(ctx, c, func(*cdiv1.DataImportCron) bool { return true })
+	})
+	workloadChanged := predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			return !equality.Semantic.DeepEqual(e.ObjectOld.(*cdiv1.CDI).Spec.Workloads, e.ObjectNew.(*cdiv1.CDI).Spec.Workloads)
+		},
+	}
+	configStatusChanged := predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, n := e.ObjectOld.(*cdiv1.CDIConfig), e.ObjectNew.(*cdiv1.CDIConfig)
+			return !equality.Semantic.DeepEqual(o.Status.ImagePullSecrets, n.Status.ImagePullSecrets) ||
+				!equality.Semantic.DeepEqual(o.Status.ImportProxy, n.Status.ImportProxy) ||
+				!equality.Semantic.DeepEqual(o.Spec.InsecureRegistries, n.Spec.InsecureRegistries)
+		},
+	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("dataimportcron").
 		For(&cdiv1.DataImportCron{}).
@@ -198,7 +218,9 @@ func (r *DataImportCronReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			UpdateFunc: func(event.UpdateEvent) bool { return false },
 		})).
 		Watches(&storagev1.StorageClass{}, cronsWithoutClass, builder.WithPredicates(defaultClassChanged)).
-		Watches(&cdiv1.StorageProfile{}, cronsOnProfile, builder.WithPredicates(profileFormatChanged))
+		Watches(&cdiv1.StorageProfile{}, cronsOnProfile, builder.WithPredicates(profileFormatChanged)).
+		Watches(&cdiv1.CDI{}, everyCron, builder.WithPredicates(workloadChanged)).
+		Watches(&cdiv1.CDIConfig{}, everyCron, builder.WithPredicates(configStatusChanged))
 	if served {
 		b = b.Watches(&snapshotv1.VolumeSnapshot{}, byLabel, builder.WithPredicates(labelled, predicate.Funcs{
 			UpdateFunc: func(e event.UpdateEvent) bool {
@@ -416,15 +438,23 @@ func (r *DataImportCronReconciler) ensurePoller(ctx context.Context, cron *cdiv1
 
 func (r *DataImportCronReconciler) pollerSpec(ctx context.Context, cron *cdiv1.DataImportCron) (pollerSpec, error) {
 	p := pollerSpec{Image: r.Image, PullPolicy: r.PullPolicy, ServiceAccount: r.ServiceAccount}
+	placement, err := populators.ReadWorkloadPlacement(ctx, r.Client)
+	if err != nil {
+		return p, fmt.Errorf("placing the poller of DataImportCron %s/%s: %w", cron.Namespace, cron.Name, err)
+	}
+	p.Placement = placement
 	config := &cdiv1.CDIConfig{}
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: cdiv1.CDIConfigName}, config); err != nil {
 		if !apierrors.IsNotFound(err) {
-			return p, err
+			return p, fmt.Errorf("reading CDIConfig for the poller of DataImportCron %s/%s: %w", cron.Namespace, cron.Name, err)
 		}
 		return p, nil
 	}
 	p.Insecure = insecureRegistry(ptr.Deref(registrySource(cron).URL, ""), config)
 	p.Proxy = config.Status.ImportProxy
+	if len(config.Status.ImagePullSecrets) > 0 {
+		p.PullSecrets = append([]corev1.LocalObjectReference(nil), config.Status.ImagePullSecrets...)
+	}
 	return p, nil
 }
 

@@ -27,8 +27,11 @@ type pollerSpec struct {
 	// Insecure: the registry is listed in CDIConfig spec.insecureRegistries.
 	Insecure bool
 	Proxy    *cdiv1.ImportProxy
-	// Placement is CDI's workload placement.
+	// Placement is the CDI resource's spec.workload.
 	Placement cdiv1.NodePlacement
+	// PullSecrets are CDIConfig's imagePullSecrets, in the install
+	// namespace as in every other.
+	PullSecrets []corev1.LocalObjectReference
 	// Secret and CertConfigMap are the copies, in the install namespace, of
 	// the cron's secretRef and certConfigMap (PollerCopyName); empty when
 	// the cron names none.
@@ -124,9 +127,10 @@ func pollerPodSpec(cron *cdiv1.DataImportCron, p pollerSpec) corev1.PodTemplateS
 				RunAsGroup:     ptr.To[int64](contract.WorkerUID),
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			},
-			NodeSelector: p.Placement.NodeSelector,
-			Affinity:     p.Placement.Affinity,
-			Tolerations:  p.Placement.Tolerations,
+			ImagePullSecrets: p.PullSecrets,
+			NodeSelector:     p.Placement.NodeSelector,
+			Affinity:         p.Placement.Affinity,
+			Tolerations:      p.Placement.Tolerations,
 		},
 	}
 }
@@ -180,6 +184,7 @@ func applyJobSpec(js *batchv1.JobSpec, cron *cdiv1.DataImportCron, p pollerSpec)
 	ps.ServiceAccountName = want.Spec.ServiceAccountName
 	ps.SecurityContext = want.Spec.SecurityContext
 	ps.NodeSelector, ps.Affinity, ps.Tolerations = want.Spec.NodeSelector, want.Spec.Affinity, want.Spec.Tolerations
+	ps.ImagePullSecrets = want.Spec.ImagePullSecrets
 }
 
 // newPollerCronJob and newInitialJob render the poller's objects in the

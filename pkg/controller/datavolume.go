@@ -379,10 +379,11 @@ func claimLabels(dv *cdiv1.DataVolume) map[string]string {
 }
 
 // claimAnnotations carries the DataVolume's settings that the populator and
-// the worker pods read.
+// the worker pods read: the worker pods' networks and mesh choices among
+// them, which the prime copies in turn.
 func claimAnnotations(dv *cdiv1.DataVolume) map[string]string {
 	ann := map[string]string{}
-	for _, key := range []string{cdiv1.AnnImmediateBinding, cdiv1.AnnPodRetainAfterCompletion} {
+	for _, key := range append([]string{cdiv1.AnnImmediateBinding, cdiv1.AnnPodRetainAfterCompletion}, populators.WorkerPodAnnotationKeys...) {
 		if v, ok := dv.Annotations[key]; ok {
 			ann[key] = v
 		}

@@ -9,6 +9,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+	"github.com/kubefill/kubefill/pkg/populators"
 )
 
 func storageDV(st cdiv1.StorageSpec) *cdiv1.DataVolume {
@@ -130,5 +131,36 @@ func TestUploadSource(t *testing.T) {
 	}
 	if IsUpload(storageDV(cdiv1.StorageSpec{})) {
 		t.Error("an http DataVolume counted as an upload")
+	}
+}
+
+func TestClaimAnnotationsForWorkerPods(t *testing.T) {
+	cases := []struct {
+		name string
+		dv   map[string]string
+		want map[string]string
+	}{
+		{"networks and mesh choices reach the claim",
+			map[string]string{cdiv1.AnnPodNetwork: "net1", cdiv1.AnnPodMultusDefaultNetwork: "ns/def",
+				cdiv1.AnnPodSidecarInjectionIstio: "true", cdiv1.AnnPodSidecarInjectionLinkerd: "enabled"},
+			map[string]string{cdiv1.AnnPodNetwork: "net1", cdiv1.AnnPodMultusDefaultNetwork: "ns/def",
+				cdiv1.AnnPodSidecarInjectionIstio: "true", cdiv1.AnnPodSidecarInjectionLinkerd: "enabled"}},
+		// An empty value is copied as given: it leaves the pod without the key.
+		{"an empty mesh choice is kept", map[string]string{cdiv1.AnnPodSidecarInjectionIstio: ""},
+			map[string]string{cdiv1.AnnPodSidecarInjectionIstio: ""}},
+		{"no choice, no annotation: the worker pod gets the default", map[string]string{"team": "a"}, map[string]string{}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dv := storageDV(cdiv1.StorageSpec{})
+			dv.Annotations = c.dv
+			got := claimAnnotations(dv)
+			for _, key := range populators.WorkerPodAnnotationKeys {
+				want, wantOK := c.want[key]
+				if v, ok := got[key]; v != want || ok != wantOK {
+					t.Errorf("claim %s = %q (set %v), want %q (set %v)", key, v, ok, want, wantOK)
+				}
+			}
+		})
 	}
 }

@@ -107,7 +107,7 @@ func NewPrime(target *corev1.PersistentVolumeClaim, kind string) *corev1.Persist
 			VolumeMode:       target.Spec.VolumeMode,
 		},
 	}
-	for _, key := range []string{cdiv1.AnnSelectedNode, cdiv1.AnnPodRetainAfterCompletion, cdiv1.AnnPriorityClassName} {
+	for _, key := range append([]string{cdiv1.AnnSelectedNode, cdiv1.AnnPodRetainAfterCompletion, cdiv1.AnnPriorityClassName}, WorkerPodAnnotationKeys...) {
 		if v, ok := target.Annotations[key]; ok {
 			prime.Annotations[key] = v
 		}

@@ -27,6 +27,9 @@ func TestIgnoredAcrossNamespaces(t *testing.T) {
 		{"source namespace: retain and priority ignored", both, "golden", []string{cdiv1.AnnPodRetainAfterCompletion, cdiv1.AnnPriorityClassName}},
 		{"only retain asked for", map[string]string{cdiv1.AnnPodRetainAfterCompletion: "false"}, "golden", []string{cdiv1.AnnPodRetainAfterCompletion}},
 		{"nothing asked for", map[string]string{cdiv1.AnnSelectedNode: "node-1"}, "golden", nil},
+		{"source namespace: networks ignored, mesh choices kept",
+			map[string]string{cdiv1.AnnPodNetwork: "net1", cdiv1.AnnPodMultusDefaultNetwork: "ns/def", cdiv1.AnnPodSidecarInjectionIstio: "true"}, "golden",
+			[]string{cdiv1.AnnPodNetwork, cdiv1.AnnPodMultusDefaultNetwork}},
 	}
 	for _, c := range cases {
 		got := IgnoredAcrossNamespaces(claim(nil, c.ann), c.namespace)

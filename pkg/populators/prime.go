@@ -89,8 +89,11 @@ const ReasonIgnoredAcrossNamespaces = "IgnoredInSourceNamespace"
 // that a flow whose prime and workers live in another namespace (a
 // cross-namespace clone's, next to its source) does not apply there: the
 // claim's user has no right to keep pods in that namespace
-// (retainAfterCompletion) or to choose their priority there.
-var acrossNamespaceIgnored = []string{cdiv1.AnnPodRetainAfterCompletion, cdiv1.AnnPriorityClassName}
+// (retainAfterCompletion), to choose their priority there, or to attach
+// them to that namespace's networks. Mesh choices still apply: they only
+// keep a sidecar out of, or put one into, the pod.
+var acrossNamespaceIgnored = []string{cdiv1.AnnPodRetainAfterCompletion, cdiv1.AnnPriorityClassName,
+	cdiv1.AnnPodNetwork, cdiv1.AnnPodMultusDefaultNetwork}
 
 // IgnoredAcrossNamespaces are the annotations of target that are not
 // applied to a prime and its workers in namespace, in order; none when
@@ -112,7 +115,7 @@ func IgnoredAcrossNamespaces(target *corev1.PersistentVolumeClaim, namespace str
 // annotations were ignored, and why. Pure.
 func IgnoredAcrossNamespacesMessage(keys []string, namespace string) string {
 	return fmt.Sprintf("ignored %s: the temporary claim and the pods that fill this claim run in the source's namespace %s, "+
-		"where this claim's annotations do not choose pod priority or keep pods after completion", strings.Join(keys, " and "), namespace)
+		"where this claim's annotations do not choose pod priority or networks, or keep pods after completion", strings.Join(keys, " and "), namespace)
 }
 
 // RetainWorkers says whether target's finished worker pods are kept

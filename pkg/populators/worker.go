@@ -110,9 +110,7 @@ type WorkerPhase struct {
 	// contract.DefaultImage.
 	Image      string
 	PullPolicy corev1.PullPolicy
-	// Placement puts worker pods on nodes (CDI's workload placement).
-	Placement cdiv1.NodePlacement
-	Retry     RetryPolicy
+	Retry      RetryPolicy
 	// StateKey tells apart the attempts of several workers on one prime (a
 	// host-assisted clone's upload server and source pod); "" for the one worker.
 	StateKey string
@@ -150,6 +148,12 @@ func (w *WorkerPhase) Reconcile(ctx context.Context, f *Flow) (Result, error) {
 	if err := w.Client.Get(ctx, types.NamespacedName{Name: cdiv1.CDIConfigName}, config); client.IgnoreNotFound(err) != nil {
 		return Result{}, fmt.Errorf("reading CDIConfig: %w", err)
 	}
+	// Read for each new pod, as CDIConfig is: a changed spec.workload
+	// reaches the next pod.
+	placement, err := ReadWorkloadPlacement(ctx, w.Client)
+	if err != nil {
+		return Result{}, err
+	}
 	spec, err := w.Worker.WorkerSpec(ctx, f, config)
 	if err != nil {
 		return Result{}, err
@@ -157,7 +161,7 @@ func (w *WorkerPhase) Reconcile(ctx context.Context, f *Flow) (Result, error) {
 	if err := w.writeSecret(ctx, f, name, spec); err != nil {
 		return Result{}, err
 	}
-	pod = w.render(f, name, spec, config)
+	pod = w.render(f, name, spec, config, placement)
 	restarts := int32(max(st.Attempts-1, 0))
 	if err := w.Client.Create(ctx, pod); err != nil && !apierrors.IsAlreadyExists(err) {
 		if q, ok := ParseQuotaExceeded(err); ok {
@@ -217,11 +221,12 @@ func (w *WorkerPhase) observe(ctx context.Context, f *Flow, pod *corev1.Pod, st 
 }
 
 // render builds the worker pod: the kind's container with the image, the
-// CDIConfig's resources, the prime as a block device or a filesystem at
-// /data, scratch bounded by the claim's size, the shared labels, the target
-// as owner, the priority class and placement, and no restarts (the phase
-// decides retries).
-func (w *WorkerPhase) render(f *Flow, name string, spec WorkerSpec, config *cdiv1.CDIConfig) *corev1.Pod {
+// CDIConfig's resources and pull secrets, the prime as a block device or a
+// filesystem at /data, scratch bounded by the claim's size, the shared
+// labels, the prime's network and mesh annotations, the target as owner,
+// the priority class, the CDI resource's placement, and no restarts (the
+// phase decides retries).
+func (w *WorkerPhase) render(f *Flow, name string, spec WorkerSpec, config *cdiv1.CDIConfig, placement cdiv1.NodePlacement) *corev1.Pod {
 	target, prime := f.Target, f.Prime
 	size := prime.Spec.Resources.Requests[corev1.ResourceStorage]
 	c := spec.Container
@@ -267,12 +272,14 @@ func (w *WorkerPhase) render(f *Flow, name string, spec WorkerSpec, config *cdiv
 	for k, v := range spec.Labels {
 		labels[k] = v
 	}
+	annotations := WorkerPodAnnotations(prime.Annotations)
+	annotations[annTargetName] = targetRef(target.Namespace, target.Name, prime.Namespace)
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        name,
 			Namespace:   prime.Namespace,
 			Labels:      labels,
-			Annotations: map[string]string{annTargetName: targetRef(target.Namespace, target.Name, prime.Namespace)},
+			Annotations: annotations,
 			// The target owns the pod, not the prime: the prime's pvc-protection
 			// finalizer waits for the pod, and a pod owned by the prime would wait
 			// for the prime, so deleting the target would never finish.
@@ -288,9 +295,10 @@ func (w *WorkerPhase) render(f *Flow, name string, spec WorkerSpec, config *cdiv
 			AutomountServiceAccountToken: ptr.To(false),
 			SecurityContext:              workerPodSecurity(),
 			PriorityClassName:            prime.Annotations[cdiv1.AnnPriorityClassName],
-			NodeSelector:                 w.Placement.NodeSelector,
-			Affinity:                     w.Placement.Affinity,
-			Tolerations:                  w.Placement.Tolerations,
+			ImagePullSecrets:             workerPullSecrets(config),
+			NodeSelector:                 placement.NodeSelector,
+			Affinity:                     placement.Affinity,
+			Tolerations:                  placement.Tolerations,
 		},
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,17 +29,28 @@ func testScheme() *runtime.Scheme {
 	return s
 }
 
+// testWorkload is the CDI resource's spec.workload of testFlow.
+var testWorkload = cdiv1.NodePlacement{
+	NodeSelector: map[string]string{"kubevirt.io/storage": "true"},
+	Tolerations:  []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "virt", Effect: corev1.TaintEffectNoSchedule}},
+	Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}}}}}}},
+}
+
 // testFlow is a target, its prime and a source in one namespace, with a
-// CDIConfig that sets worker resources.
+// CDIConfig that sets worker resources and pull secrets, a CDI resource
+// with a workload placement, and a target on a Multus network.
 func testFlow(t *testing.T, mode corev1.PersistentVolumeMode, source client.Object) (*Flow, client.Client) {
 	t.Helper()
-	target := claim(nil, map[string]string{cdiv1.AnnPriorityClassName: "high"})
+	target := claim(nil, map[string]string{cdiv1.AnnPriorityClassName: "high", cdiv1.AnnPodNetwork: "storage-net"})
 	target.Spec.VolumeMode = &mode
 	prime := NewPrime(target, "test")
 	prime.UID = "p-1"
 	config := &cdiv1.CDIConfig{ObjectMeta: metav1.ObjectMeta{Name: cdiv1.CDIConfigName}, Status: cdiv1.CDIConfigStatus{
-		DefaultPodResourceRequirements: &corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("600M")}}}}
-	c := fake.NewClientBuilder().WithScheme(testScheme()).WithObjects(target, prime, config).Build()
+		DefaultPodResourceRequirements: &corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("600M")}},
+		ImagePullSecrets:               []corev1.LocalObjectReference{{Name: "mirror-pull"}}}}
+	cdi := &cdiv1.CDI{ObjectMeta: metav1.ObjectMeta{Name: "cdi"}, Spec: cdiv1.CDISpec{Workloads: *testWorkload.DeepCopy()}}
+	c := fake.NewClientBuilder().WithScheme(testScheme()).WithObjects(target, prime, config, cdi).Build()
 	return &Flow{Target: target, Prime: prime, Source: source, Client: c, Kind: "test"}, c
 }
 
@@ -150,6 +162,17 @@ func checkWorkerPod(t *testing.T, pod *corev1.Pod, f *Flow, container, component
 	}
 	if a := pod.Spec.AutomountServiceAccountToken; a == nil || *a {
 		t.Errorf("automountServiceAccountToken %v, want false: a worker carries no ServiceAccount token", a)
+	}
+	got := cdiv1.NodePlacement{NodeSelector: pod.Spec.NodeSelector, Affinity: pod.Spec.Affinity, Tolerations: pod.Spec.Tolerations}
+	if !equality.Semantic.DeepEqual(got, testWorkload) {
+		t.Errorf("placement %+v, want the CDI resource's spec.workload %+v", got, testWorkload)
+	}
+	if len(pod.Spec.ImagePullSecrets) != 1 || pod.Spec.ImagePullSecrets[0].Name != "mirror-pull" {
+		t.Errorf("imagePullSecrets %v, want CDIConfig's mirror-pull", pod.Spec.ImagePullSecrets)
+	}
+	if pod.Annotations[cdiv1.AnnPodNetwork] != "storage-net" || pod.Annotations[cdiv1.AnnPodSidecarInjectionIstio] != "false" ||
+		pod.Annotations[cdiv1.AnnPodSidecarInjectionLinkerd] != "disabled" {
+		t.Errorf("annotations %v: want the claim's network and the mesh opt-outs", pod.Annotations)
 	}
 }
 

@@ -47,6 +47,8 @@ var serialTests = map[string]string{
 	// about every other run beside other tests.
 	"TestVirtctlImageUpload": "checks the DataVolume the moment virtctl returns, a race only a quiet cluster wins",
 	"TestCloneBenchmark":     "times clones against cp on a quiet machine",
+	// Every worker pod started meanwhile would get its placement and pull secret.
+	"TestImporterPodPlacedByTheCDIResource": "sets the CDI resource's spec.workload and CDIConfig's imagePullSecrets",
 }
 
 // aloneSubtests are the serial group's subtests of parallel tests, by the

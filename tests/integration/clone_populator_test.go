@@ -45,8 +45,14 @@ func cloneClass(t *testing.T, name string) {
 // volume of its request and is Bound to it.
 func fakeBind(t *testing.T, pvc *corev1.PersistentVolumeClaim) *corev1.PersistentVolume {
 	t.Helper()
+	return fakeBindOn(t, k8sClient, pvc)
+}
+
+// fakeBindOn is fakeBind through c (a test's own control plane).
+func fakeBindOn(t *testing.T, c client.Client, pvc *corev1.PersistentVolumeClaim) *corev1.PersistentVolume {
+	t.Helper()
 	ctx := context.Background()
-	if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(pvc), pvc); err != nil {
+	if err := c.Get(ctx, client.ObjectKeyFromObject(pvc), pvc); err != nil {
 		t.Fatal(err)
 	}
 	size := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
@@ -61,16 +67,18 @@ func fakeBind(t *testing.T, pvc *corev1.PersistentVolumeClaim) *corev1.Persisten
 			ClaimRef:                      &corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: pvc.Namespace, Name: pvc.Name, UID: pvc.UID},
 		},
 	}
-	mustCreate(t, k8sClient, pv)
-	t.Cleanup(func() { deletePV(t, pv.Name) })
+	mustCreate(t, c, pv)
+	if c == k8sClient {
+		t.Cleanup(func() { deletePV(t, pv.Name) })
+	}
 	pvc.Spec.VolumeName = pv.Name
-	if err := k8sClient.Update(ctx, pvc); err != nil {
+	if err := c.Update(ctx, pvc); err != nil {
 		t.Fatalf("binding %s: %v", pvc.Name, err)
 	}
 	pvc.Status.Phase = corev1.ClaimBound
 	pvc.Status.Capacity = corev1.ResourceList{corev1.ResourceStorage: size}
 	pvc.Status.AccessModes = pvc.Spec.AccessModes
-	if err := k8sClient.Status().Update(ctx, pvc); err != nil {
+	if err := c.Status().Update(ctx, pvc); err != nil {
 		t.Fatalf("binding %s: %v", pvc.Name, err)
 	}
 	return pv
@@ -79,9 +87,15 @@ func fakeBind(t *testing.T, pvc *corev1.PersistentVolumeClaim) *corev1.Persisten
 // setPodStatus plays the kubelet for a worker pod.
 func setPodStatus(t *testing.T, ns, name string, phase corev1.PodPhase, ready bool) *corev1.Pod {
 	t.Helper()
+	return setPodStatusOn(t, k8sClient, ns, name, phase, ready)
+}
+
+// setPodStatusOn is setPodStatus through c (a test's own control plane).
+func setPodStatusOn(t *testing.T, c client.Client, ns, name string, phase corev1.PodPhase, ready bool) *corev1.Pod {
+	t.Helper()
 	pod := &corev1.Pod{}
 	kit.Until(t, 30*time.Second, "pod "+ns+"/"+name, func() bool {
-		return k8sClient.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, pod) == nil
+		return c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, pod) == nil
 	})
 	pod.Status.Phase = phase
 	status := corev1.ConditionFalse
@@ -98,7 +112,7 @@ func setPodStatus(t *testing.T, ns, name string, phase corev1.PodPhase, ready bo
 	} else {
 		pod.Status.ContainerStatuses = nil
 	}
-	if err := k8sClient.Status().Update(context.Background(), pod); err != nil {
+	if err := c.Status().Update(context.Background(), pod); err != nil {
 		t.Fatalf("pod %s %s: %v", name, phase, err)
 	}
 	return pod

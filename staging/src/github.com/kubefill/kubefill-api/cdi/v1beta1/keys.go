@@ -45,6 +45,22 @@ const (
 	AnnPriorityClassName        = annPrefix + "storage.pod.priorityclassname"
 )
 
+// Worker pod networks and service meshes: a DataVolume's values reach its
+// claim, the prime and the worker pods; where the user gives no mesh value,
+// the worker pods opt out of the mesh with the default.
+const (
+	// AnnPodNetwork lists Multus secondary networks for the worker pods.
+	AnnPodNetwork = "k8s.v1.cni.cncf.io/networks"
+	// AnnPodMultusDefaultNetwork replaces the worker pods' default network.
+	AnnPodMultusDefaultNetwork = "v1.multus-cni.io/default-network"
+	// AnnPodSidecarInjectionIstio enables or disables an Istio sidecar.
+	AnnPodSidecarInjectionIstio        = "sidecar.istio.io/inject"
+	AnnPodSidecarInjectionIstioDefault = "false"
+	// AnnPodSidecarInjectionLinkerd enables or disables a Linkerd proxy.
+	AnnPodSidecarInjectionLinkerd        = "linkerd.io/inject"
+	AnnPodSidecarInjectionLinkerdDefault = "disabled"
+)
+
 // Conditions, mirrored onto the claim for the DataVolume to read.
 const (
 	AnnRunningCondition        = annPrefix + "storage.condition.running"
