@@ -62,7 +62,14 @@ func createNamespace(t testing.TB, cs kubernetes.Interface, ns *corev1.Namespace
 // TestNamespaceName is a namespace prefix from a test's name: lower case,
 // at most 40 characters, ending in "-".
 func TestNamespaceName(test string) string {
-	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(test))
+	// A DNS label: lower-case letters, digits and '-'; anything else in a
+	// test's name (the '/' of a subtest, '_', '.', spaces) becomes '-'.
+	name := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '-'
+	}, strings.ToLower(test))
 	if len(name) > 40 {
 		name = name[:40]
 	}
