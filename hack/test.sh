@@ -29,7 +29,9 @@ API_DIR=staging/src/github.com/kubefill/kubefill-api
 # four at once on two cores.
 PARALLEL="${TEST_PARALLEL:-4}"
 # The e2e tests' parallel group runs once the stages beside it have ended,
-# and waits on pods far more than on the CPU: six at once.
+# and waits on pods far more than on the CPU: six at once, chosen longest
+# first by the package's own scheduler (tests/e2e/schedule_test.go), so
+# go test's -parallel is set above the number of tests.
 E2E_PARALLEL="${TEST_E2E_PARALLEL:-6}"
 REPORT="${KUBEFILL_TEST_REPORT:-$PWD/_output/test-report}"
 rm -rf "$REPORT" && mkdir -p "$REPORT"
@@ -177,7 +179,7 @@ run_e2e() {
   in_lane harness_parts || run_harness_parts
   gotest harness -count=1 -timeout 20m -run "$REAL_NODE_HARNESS_TESTS" ./tests/cluster/
   gotest harness-selftest -count=1 -timeout 20m -parallel "$PARALLEL" ./tests/cluster/selftest/
-  gotest e2e -count=1 -timeout 40m -parallel "$E2E_PARALLEL" ./tests/e2e/...
+  KUBEFILL_E2E_PARALLEL="$E2E_PARALLEL" gotest e2e -count=1 -timeout 40m -parallel 64 ./tests/e2e/...
   # tests/installed and tests/load share one cluster after e2e's, which
   # kubefill-dev starts and, after both, removes, checking that nothing is
   # left on the host. First the install itself (manifests/ applied, every

@@ -56,26 +56,26 @@ func TestCloneDataVolumes(t *testing.T) {
 		// The longest first: go test starts parallel subtests about in the
 		// order they are declared, and these would make the run's tail.
 		for _, st := range []cdiv1.CDICloneStrategy{cdiv1.CloneStrategyHostAssisted, cdiv1.CloneStrategySnapshot} {
-			t.Run("TwentyAtOnce/"+string(st), func(t *testing.T) { t.Parallel(); s.testTwenty(t, classes[st], st) })
+			t.Run("TwentyAtOnce/"+string(st), func(t *testing.T) { parallelSub(t); s.testTwenty(t, classes[st], st) })
 		}
 		for _, st := range strategies {
-			t.Run("DeleteMidClone/"+string(st), func(t *testing.T) { t.Parallel(); s.testDeleteMidClone(t, st) })
+			t.Run("DeleteMidClone/"+string(st), func(t *testing.T) { parallelSub(t); s.testDeleteMidClone(t, st) })
 		}
 		for _, st := range strategies {
 			for _, block := range []bool{false, true} {
 				t.Run(fmt.Sprintf("%s/%s", st, modeName(block)), func(t *testing.T) {
-					t.Parallel()
+					parallelSub(t)
 					s.testStrategy(t, classes[st], st, block)
 				})
 			}
 		}
-		t.Run("SnapshotSource", func(t *testing.T) { t.Parallel(); s.testSnapshotSource(t, classes[cdiv1.CloneStrategySnapshot]) })
-		t.Run("DataSourceRef", func(t *testing.T) { t.Parallel(); s.testDataSourceRef(t, classes[cdiv1.CloneStrategyHostAssisted]) })
-		t.Run("Sizeless", func(t *testing.T) { t.Parallel(); s.testSizeless(t, classes[cdiv1.CloneStrategyHostAssisted]) })
-		t.Run("SizeExpanding", func(t *testing.T) { t.Parallel(); s.testSizeExpanding(t, classes[cdiv1.CloneStrategySnapshot]) })
-		t.Run("BlockToFilesystem", func(t *testing.T) { t.Parallel(); s.testModeChange(t, classes[cdiv1.CloneStrategySnapshot], true) })
-		t.Run("FilesystemToBlock", func(t *testing.T) { t.Parallel(); s.testModeChange(t, classes[cdiv1.CloneStrategySnapshot], false) })
-		t.Run("NeedsDataVolumesSourcePermission", func(t *testing.T) { t.Parallel(); s.testPermission(t, classes[cdiv1.CloneStrategyHostAssisted]) })
+		t.Run("SnapshotSource", func(t *testing.T) { parallelSub(t); s.testSnapshotSource(t, classes[cdiv1.CloneStrategySnapshot]) })
+		t.Run("DataSourceRef", func(t *testing.T) { parallelSub(t); s.testDataSourceRef(t, classes[cdiv1.CloneStrategyHostAssisted]) })
+		t.Run("Sizeless", func(t *testing.T) { parallelSub(t); s.testSizeless(t, classes[cdiv1.CloneStrategyHostAssisted]) })
+		t.Run("SizeExpanding", func(t *testing.T) { parallelSub(t); s.testSizeExpanding(t, classes[cdiv1.CloneStrategySnapshot]) })
+		t.Run("BlockToFilesystem", func(t *testing.T) { parallelSub(t); s.testModeChange(t, classes[cdiv1.CloneStrategySnapshot], true) })
+		t.Run("FilesystemToBlock", func(t *testing.T) { parallelSub(t); s.testModeChange(t, classes[cdiv1.CloneStrategySnapshot], false) })
+		t.Run("NeedsDataVolumesSourcePermission", func(t *testing.T) { parallelSub(t); s.testPermission(t, classes[cdiv1.CloneStrategyHostAssisted]) })
 	})
 	t.Run("CDICloneStrategyOverride", func(t *testing.T) { alone(t); s.testOverride(t) })
 	t.Run("NoVolumeSnapshotClass", func(t *testing.T) { alone(t); s.testNoSnapshotClass(t, classes[cdiv1.CloneStrategySnapshot]) })

@@ -72,6 +72,7 @@ var clusterWide sync.RWMutex
 // clusterWide until the test ends. Subtests call t.Parallel() instead.
 func parallel(t *testing.T) {
 	t.Parallel()
+	t.Cleanup(slots.acquire(t.Name()))
 	clusterWide.RLock()
 	t.Cleanup(clusterWide.RUnlock)
 }
