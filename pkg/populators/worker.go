@@ -163,6 +163,7 @@ func (w *WorkerPhase) Reconcile(ctx context.Context, f *Flow) (Result, error) {
 	}
 	pod = w.render(f, name, spec, config, placement)
 	restarts := int32(max(st.Attempts-1, 0))
+	lost := workerLost(st)
 	if err := w.Client.Create(ctx, pod); err != nil && !apierrors.IsAlreadyExists(err) {
 		if q, ok := ParseQuotaExceeded(err); ok {
 			// A pod quota (count/pods, requests.memory) in the worker's
@@ -182,7 +183,21 @@ func (w *WorkerPhase) Reconcile(ctx context.Context, f *Flow) (Result, error) {
 	if err := savePrimeStateFor(ctx, w.Client, prime, w.StateKey, st); err != nil {
 		return Result{}, err
 	}
-	return Result{Pod: &PodStatus{Phase: corev1.PodPending, Restarts: int32(st.Attempts - 1)}, Reason: "Pending", RetryAfter: 5 * time.Second}, nil
+	res := Result{Pod: &PodStatus{Phase: corev1.PodPending, Restarts: int32(st.Attempts - 1)}, Reason: "Pending", RetryAfter: 5 * time.Second}
+	if lost {
+		// Deleted or evicted before it finished, and gone before a reconcile
+		// saw it fail: the new attempt is a retry the user is told of.
+		res.Reason, res.Event = ReasonRetrying, corev1.EventTypeWarning
+		res.Message = fmt.Sprintf("the %s of attempt %d is gone before it finished (deleted or evicted); retrying with attempt %d", spec.Noun, st.Attempts-1, st.Attempts)
+	}
+	return res, nil
+}
+
+// workerLost reports whether a worker pod was started before and is gone
+// without this phase having replaced it (replacing one records when the
+// next may start).
+func workerLost(st primeState) bool {
+	return st.Attempts > 0 && st.RetryNotBefore.IsZero()
 }
 
 // observe reads an existing worker pod, replaces it when it failed and may
@@ -194,11 +209,11 @@ func (w *WorkerPhase) observe(ctx context.Context, f *Flow, pod *corev1.Pod, st 
 		d := decideRetry(w.Retry, st, &workerFailure{Message: res.Message, Permanent: res.Permanent}, w.now())
 		switch d.Action {
 		case retryWorker:
-			if d.Wait > 0 {
-				st.RetryNotBefore = w.now().Add(d.Wait)
-				if err := savePrimeStateFor(ctx, w.Client, f.Prime, w.StateKey, st); err != nil {
-					return Result{}, err
-				}
+			// Saved even with no wait: a retry-not-before time tells the next
+			// pod's start that this phase replaced the pod (see workerLost).
+			st.RetryNotBefore = w.now().Add(d.Wait)
+			if err := savePrimeStateFor(ctx, w.Client, f.Prime, w.StateKey, st); err != nil {
+				return Result{}, err
 			}
 			if err := w.Client.Delete(ctx, pod); client.IgnoreNotFound(err) != nil {
 				return Result{}, fmt.Errorf("deleting failed worker pod %s: %w", pod.Name, err)

@@ -338,3 +338,56 @@ func TestWorkerRetries(t *testing.T) {
 		t.Errorf("a permanently failed pod is kept for the user to read: %v", err)
 	}
 }
+
+// TestWorkerPodLost: a worker pod deleted or evicted before any reconcile
+// saw it fail is replaced, and the new attempt says why; a pod this phase
+// replaced itself, with or without a backoff, is not called lost.
+func TestWorkerPodLost(t *testing.T) {
+	for _, backoff := range []time.Duration{0, 10 * time.Second} {
+		ctx := context.Background()
+		f, c := testFlow(t, corev1.PersistentVolumeFilesystem, &cdiv1.VolumeImportSource{Spec: cdiv1.VolumeImportSourceSpec{
+			Source: &cdiv1.ImportSourceType{Blank: &cdiv1.DataVolumeBlankImage{}}}})
+		now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+		kind := &ImportKind{Client: c, MaxRetries: 3, Backoff: backoff, Now: func() time.Time { return now }}
+		w := kind.Plan()[1].(*WorkerPhase)
+		key := client.ObjectKey{Namespace: "vms", Name: "importer-prime-u-1"}
+		reconcile := func() Result {
+			t.Helper()
+			res, err := w.Reconcile(ctx, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return res
+		}
+		if res := reconcile(); res.Reason != "Pending" || res.Event != "" {
+			t.Fatalf("backoff %s: first pod: %+v", backoff, res)
+		}
+		if err := c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}); err != nil {
+			t.Fatal(err)
+		}
+		res := reconcile()
+		want := "the importer pod of attempt 1 is gone before it finished (deleted or evicted); retrying with attempt 2"
+		if res.Reason != ReasonRetrying || res.Message != want || res.Event != corev1.EventTypeWarning || res.Pod.Restarts != 1 {
+			t.Errorf("backoff %s: after the delete: %+v (pod %+v), want Retrying %q, a Warning event, 1 restart", backoff, res, res.Pod, want)
+		}
+		if err := c.Get(ctx, key, &corev1.Pod{}); err != nil {
+			t.Fatalf("backoff %s: no new pod: %v", backoff, err)
+		}
+
+		pod := &corev1.Pod{}
+		if err := c.Get(ctx, key, pod); err != nil {
+			t.Fatal(err)
+		}
+		pod.Status = terminated(1, `{"outcome":"Failed","message":"connection reset"}`).Status
+		if err := c.Status().Update(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		if res := reconcile(); res.Reason != ReasonRetrying || !strings.Contains(res.Message, "attempt 2 failed: connection reset") {
+			t.Errorf("backoff %s: failed pod: %s: %s", backoff, res.Reason, res.Message)
+		}
+		now = now.Add(time.Minute)
+		if res := reconcile(); res.Reason != "Pending" || res.Event != "" || res.Pod.Restarts != 2 {
+			t.Errorf("backoff %s: the pod this phase replaced was called %s: %q (event %q, restarts %d)", backoff, res.Reason, res.Message, res.Event, res.Pod.Restarts)
+		}
+	}
+}
