@@ -49,7 +49,7 @@ func newHostClonePhase(r *run) *hostClonePhase {
 		serving: &populators.UploadServing{Client: k.Client, Reader: k.Reader, Namespace: k.Namespace, PublishNotReady: true, CloneClients: true},
 		upload:  upload,
 		source: &populators.WorkerPhase{Client: k.Client, Worker: &sourceWorker{run: r}, Image: k.Image, PullPolicy: k.PullPolicy,
-			StateKey: "source", Retry: populators.RetryPolicy{MaxRetries: 3, Backoff: 10 * time.Second}},
+			StateKey: "source", Retry: populators.WorkerRetry},
 	}
 }
 

@@ -80,6 +80,12 @@ const WorkerUID = 107
 // when CDIConfig says nothing (CDI's default).
 const DefaultFilesystemOverhead = 0.06
 
+// ImagePullFailureText begins the importer's message when a registry
+// source's image cannot be pulled. The DataVolume's Running condition then
+// has reason ImagePullFailed, which KubeVirt shows as DataVolumeError (CDI
+// matches the same text in the termination message).
+const ImagePullFailureText = "failed to pull image"
+
 // Progress metrics, percentages labelled ownerUID, as CDI names them.
 const (
 	ImportProgressMetric = "kubevirt_cdi_import_progress_total"

@@ -3,12 +3,14 @@ package controller
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+	"github.com/kubefill/kubefill/pkg/contract"
 	"github.com/kubefill/kubefill/pkg/populators"
 )
 
@@ -64,7 +66,7 @@ func ComputeStatus(dv *cdiv1.DataVolume, view ClaimView) cdiv1.DataVolumeStatus 
 			if ann[cdiv1.AnnRunningCondition] == "true" {
 				status = corev1.ConditionTrue
 			}
-			running = condition(cdiv1.DataVolumeRunning, status, ann[cdiv1.AnnRunningConditionReason], ann[cdiv1.AnnRunningConditionMessage])
+			running = condition(cdiv1.DataVolumeRunning, status, RunningReason(ann[cdiv1.AnnRunningConditionReason], ann[cdiv1.AnnRunningConditionMessage]), ann[cdiv1.AnnRunningConditionMessage])
 			if running.Reason == populators.ReasonExceededQuota && pvc.Status.Phase != corev1.ClaimBound {
 				// KubeVirt reads a quota refusal in the Bound condition, as CDI reports it.
 				bound.Reason, bound.Message = populators.ReasonExceededQuota, running.Message
@@ -102,6 +104,23 @@ func ComputeStatus(dv *cdiv1.DataVolume, view ClaimView) cdiv1.DataVolumeStatus 
 	return st
 }
 
+// RunningReason is the DataVolume's Running reason for the claim's: a
+// failed worker that is being retried, or waits to be, is an Error, as CDI
+// shows a worker restarting after a failure; an image that cannot be pulled
+// (a registry source's, or the worker's own) is ImagePullFailed. Those two
+// are what KubeVirt reads as DataVolumeError; a VM would otherwise show
+// Provisioning for as long as the import keeps failing.
+func RunningReason(claimReason, message string) string {
+	switch claimReason {
+	case populators.ReasonRetrying, populators.ReasonBackoff:
+		claimReason = cdiv1.ReasonError
+	}
+	if claimReason == cdiv1.ReasonError && strings.Contains(message, contract.ImagePullFailureText) {
+		return cdiv1.ReasonImagePullFailed
+	}
+	return claimReason
+}
+
 // workerFailureEvent is the Warning event for a failure or a refusal the
 // DataVolume's phase does not show (a worker that failed and is retried, a
 // temporary claim a quota refuses: the DataVolume stays in its phase): a
@@ -123,7 +142,7 @@ func workerFailureEvent(old, computed []cdiv1.DataVolumeCondition) (reason, mess
 		return "", "", false
 	}
 	switch now.Reason {
-	case cdiv1.ReasonError, populators.ReasonRetrying, populators.ReasonBackoff, "CrashLoopBackOff", populators.ReasonExceededQuota:
+	case cdiv1.ReasonError, cdiv1.ReasonImagePullFailed, "CrashLoopBackOff", populators.ReasonExceededQuota:
 		return now.Reason, now.Message, true
 	}
 	return "", "", false

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"reflect"
 	"testing"
 	"time"
 
@@ -130,6 +131,25 @@ func TestCountPending(t *testing.T) {
 	}
 }
 
+func TestRunningReason(t *testing.T) {
+	cases := []struct{ claimReason, message, want string }{
+		{"Retrying", "attempt 1 failed: connection reset; retrying in 10s", cdiv1.ReasonError},
+		{"Backoff", "attempt 2 failed: connection reset; retrying in 20s", cdiv1.ReasonError},
+		{"Retrying", "attempt 1 failed: failed to pull image r/x:1: 503; retrying in 10s", cdiv1.ReasonImagePullFailed},
+		{cdiv1.ReasonError, "failed to pull image r/x:1: manifest unknown", cdiv1.ReasonImagePullFailed},
+		{cdiv1.ReasonImagePullFailed, "failed to pull image kubefill:v9 for the importer pod: not found", cdiv1.ReasonImagePullFailed},
+		{cdiv1.ReasonError, "checksum mismatch", cdiv1.ReasonError},
+		{cdiv1.ReasonTransferRunning, "", cdiv1.ReasonTransferRunning},
+		{"Pending", "failed to pull image is only text here", "Pending"},
+		{"ErrExceededQuota", "exceeded quota: q", "ErrExceededQuota"},
+	}
+	for _, c := range cases {
+		if got := RunningReason(c.claimReason, c.message); got != c.want {
+			t.Errorf("RunningReason(%q, %q) = %q, want %q", c.claimReason, c.message, got, c.want)
+		}
+	}
+}
+
 func TestWorkerFailureEvent(t *testing.T) {
 	running := func(status corev1.ConditionStatus, reason, msg string) []cdiv1.DataVolumeCondition {
 		return []cdiv1.DataVolumeCondition{{Type: cdiv1.DataVolumeBound, Status: corev1.ConditionTrue},
@@ -141,11 +161,12 @@ func TestWorkerFailureEvent(t *testing.T) {
 		old, computed []cdiv1.DataVolumeCondition
 		want          bool
 	}{
-		{"a retried failure is told", running(corev1.ConditionTrue, cdiv1.ReasonTransferRunning, ""), running(corev1.ConditionFalse, "Retrying", oom), true},
-		{"from no conditions", nil, running(corev1.ConditionFalse, "Retrying", oom), true},
-		{"the same message once", running(corev1.ConditionFalse, "Retrying", oom), running(corev1.ConditionFalse, "Retrying", oom), false},
+		{"a retried failure is told", running(corev1.ConditionTrue, cdiv1.ReasonTransferRunning, ""), running(corev1.ConditionFalse, cdiv1.ReasonError, oom), true},
+		{"from no conditions", nil, running(corev1.ConditionFalse, cdiv1.ReasonError, oom), true},
+		{"the same message once", running(corev1.ConditionFalse, cdiv1.ReasonError, oom), running(corev1.ConditionFalse, cdiv1.ReasonError, oom), false},
 		{"a temporary claim refused by a quota", running(corev1.ConditionTrue, cdiv1.ReasonTransferRunning, ""), running(corev1.ConditionFalse, "ErrExceededQuota", "exceeded quota: q"), true},
-		{"the backoff after it, a new message", running(corev1.ConditionFalse, "Retrying", "x"), running(corev1.ConditionFalse, "Backoff", oom), true},
+		{"the backoff after it, a new message", running(corev1.ConditionFalse, cdiv1.ReasonError, "x"), running(corev1.ConditionFalse, cdiv1.ReasonError, oom), true},
+		{"an image that cannot be pulled", nil, running(corev1.ConditionFalse, cdiv1.ReasonImagePullFailed, "failed to pull image r/x:1: manifest unknown"), true},
 		{"a crash loop", nil, running(corev1.ConditionFalse, "CrashLoopBackOff", "the importer ran out of memory"), true},
 		{"running is no failure", nil, running(corev1.ConditionTrue, cdiv1.ReasonTransferRunning, "x"), false},
 		{"a pending pod is no failure", nil, running(corev1.ConditionFalse, "Pending", "0/1 nodes are available"), false},
@@ -161,5 +182,26 @@ func TestWorkerFailureEvent(t *testing.T) {
 				t.Errorf("event %q %q, want the running condition's %q %q", reason, msg, c.computed[1].Reason, c.computed[1].Message)
 			}
 		})
+	}
+}
+
+func TestCountHighRestarts(t *testing.T) {
+	dv := func(phase cdiv1.DataVolumePhase, restarts int32, src cdiv1.DataVolumeSource) cdiv1.DataVolume {
+		return cdiv1.DataVolume{Spec: cdiv1.DataVolumeSpec{Source: &src}, Status: cdiv1.DataVolumeStatus{Phase: phase, RestartCount: restarts}}
+	}
+	http := cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: "http://x/d.img"}}
+	upload := cdiv1.DataVolumeSource{Upload: &cdiv1.DataVolumeSourceUpload{}}
+	clone := cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "a", Name: "b"}}
+	got := CountHighRestarts([]cdiv1.DataVolume{
+		dv(cdiv1.ImportInProgress, 4, http),
+		dv(cdiv1.ImportInProgress, 3, http), // at the threshold: not unusual
+		dv(cdiv1.ImportInProgress, 9, http),
+		dv(cdiv1.Succeeded, 9, http), // done: its restarts are history
+		dv(cdiv1.Failed, 9, http),
+		dv(cdiv1.UploadReady, 5, upload),
+		dv(cdiv1.CloneInProgress, 4, clone),
+	})
+	if want := map[string]int{"import": 2, "upload": 1, "clone": 1}; !reflect.DeepEqual(got, want) {
+		t.Errorf("CountHighRestarts = %v, want %v", got, want)
 	}
 }

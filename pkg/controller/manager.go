@@ -133,7 +133,7 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
 	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return nil, fmt.Errorf("adding readiness check: %w", err)
 	}
-	for _, c := range append([]prometheus.Collector{pendingCollector{reader: mgr.GetClient()}}, CDICollectors()...) {
+	for _, c := range append([]prometheus.Collector{pendingCollector{reader: mgr.GetClient()}, restartCollector{reader: mgr.GetClient()}}, CDICollectors()...) {
 		if err := metrics.Registry.Register(c); err != nil {
 			var already prometheus.AlreadyRegisteredError
 			if !errors.As(err, &already) {
@@ -256,8 +256,9 @@ func populatorKinds(c client.Client, opts ManagerOptions, upload *populators.Upl
 			Image:       opts.WorkerImage,
 			PullPolicy:  opts.WorkerPullPolicy,
 			MetricsPort: contract.MetricsPort,
-			MaxRetries:  3,
-			Backoff:     10 * time.Second,
+			MaxRetries:  int32(populators.WorkerRetry.MaxRetries),
+			Backoff:     populators.WorkerRetry.Backoff,
+			MaxBackoff:  populators.WorkerRetry.MaxBackoff,
 		},
 		upload,
 		cloneKind,

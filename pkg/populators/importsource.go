@@ -28,10 +28,13 @@ type ImportKind struct {
 	MetricsPort int32
 	// ScrapeProgress reads the importer's progress; nil uses HTTPS to the pod.
 	ScrapeProgress func(ctx context.Context, pod *corev1.Pod, port int32) (float64, error)
-	// MaxRetries bounds how often a failed, retryable import starts again.
+	// MaxRetries bounds how often a failed, retryable import starts again;
+	// negative is no bound.
 	MaxRetries int32
-	// Backoff is the wait before the first retry; it doubles each time.
-	Backoff time.Duration
+	// Backoff is the wait before the first retry; it doubles each time, up
+	// to MaxBackoff when that is set.
+	Backoff    time.Duration
+	MaxBackoff time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -53,7 +56,7 @@ func (k *ImportKind) Plan() []Phase {
 	return []Phase{
 		&PrimePhase{Prepare: k.PreparePrime},
 		&WorkerPhase{Client: k.Client, Worker: k, Image: k.Image, PullPolicy: k.PullPolicy, Now: k.Now,
-			Retry: RetryPolicy{MaxRetries: int(k.MaxRetries), Backoff: k.Backoff}},
+			Retry: RetryPolicy{MaxRetries: int(k.MaxRetries), Backoff: k.Backoff, MaxBackoff: k.MaxBackoff}},
 		&RebindPhase{},
 	}
 }

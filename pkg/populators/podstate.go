@@ -33,6 +33,10 @@ func PodState(pod *corev1.Pod) Result {
 	for _, cs := range pod.Status.ContainerStatuses {
 		st.Restarts += cs.RestartCount
 		switch {
+		case cs.State.Waiting != nil && workerImagePull(cs.State.Waiting.Reason):
+			// CDI's reason and text for it, which KubeVirt reads as DataVolumeError.
+			s.Reason = cdiv1.ReasonImagePullFailed
+			s.Message = fmt.Sprintf("%s %s for the %s: %s", contract.ImagePullFailureText, cs.Image, worker, cs.State.Waiting.Message)
 		case cs.State.Waiting != nil && cs.State.Waiting.Reason != "":
 			s.Reason, s.Message = cs.State.Waiting.Reason, cs.State.Waiting.Message
 			if oomKilled(cs.LastTerminationState.Terminated) {
@@ -71,6 +75,16 @@ func PodState(pod *corev1.Pod) Result {
 	}
 	s.Done = st.Phase == corev1.PodSucceeded
 	return s
+}
+
+// workerImagePull: the kubelet cannot pull the container's image (the
+// reasons CDI reads as an image pull failure).
+func workerImagePull(waitingReason string) bool {
+	switch waitingReason {
+	case "ErrImagePull", "ImagePullBackOff", "InvalidImageName":
+		return true
+	}
+	return false
 }
 
 // reasonOOMKilled is the kubelet's reason for a container the kernel killed

@@ -41,7 +41,7 @@ func TestPodState(t *testing.T) {
 		{"crash with plain text", terminated(2, "panic: boom"), corev1.PodFailed, false, "panic: boom"},
 		{"crash with no message", terminated(137, ""), corev1.PodFailed, false, "exited with code 137"},
 		{"image pull error", &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{
-			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: "no such image"}}}}}}, corev1.PodPending, false, "no such image"},
+			Image: "kubefill/kubefill:v9", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: "no such image"}}}}}}, corev1.PodPending, false, "failed to pull image kubefill/kubefill:v9 for the worker: no such image"},
 		{"unschedulable", &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
 			Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable", Message: "0/1 nodes are available"}}}}, corev1.PodPending, false, "0/1 nodes"},
 	}

@@ -11,12 +11,21 @@ type RetryPolicy struct {
 	// no bound (an upload server is replaced as often as it stops).
 	MaxRetries int
 	// Backoff is the wait before the first retry; it doubles with each
-	// failure, up to 64 times. Zero starts the next worker at once.
-	Backoff time.Duration
+	// failure, up to 64 times and up to MaxBackoff when that is set. Zero
+	// starts the next worker at once.
+	Backoff    time.Duration
+	MaxBackoff time.Duration
 	// RetryMessage tells the user a failure will be retried; nil says
 	// "attempt N failed: <why>; retrying in <wait>".
 	RetryMessage func(attempt int, failure string, wait time.Duration) string
 }
+
+// WorkerRetry is how CDI's workers are retried, which Kubefill's are: a
+// transient failure is retried without a bound (CDI's worker pods restart
+// on failure and never give up), 10 s first and doubling up to the
+// kubelet's crash-loop ceiling of 5 minutes. Permanent failures (a
+// checksum mismatch, a hostile image) still end at once.
+var WorkerRetry = RetryPolicy{MaxRetries: -1, Backoff: 10 * time.Second, MaxBackoff: 5 * time.Minute}
 
 // retryAction is what to do about a prime's worker.
 type retryAction int
@@ -67,6 +76,9 @@ func decideRetry(p RetryPolicy, st primeState, failed *workerFailure, now time.T
 	// A pod whose attempt was never counted (made before the count existed)
 	// backs off as a first failure.
 	wait := p.Backoff << min(max(st.Attempts-1, 0), 6)
+	if p.MaxBackoff > 0 {
+		wait = min(wait, p.MaxBackoff)
+	}
 	msg := fmt.Sprintf("attempt %d failed: %s; retrying in %s", st.Attempts, failed.Message, wait)
 	if p.RetryMessage != nil {
 		msg = p.RetryMessage(st.Attempts, failed.Message, wait)

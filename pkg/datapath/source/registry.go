@@ -22,6 +22,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/kubefill/kubefill/pkg/contract"
 )
 
 // RegistryConfig configures a container-image source. As in CDI, the disk
@@ -138,16 +140,16 @@ func (r *Registry) remoteLayers(ctx context.Context, ref string) ([]layerOpener,
 	if err != nil {
 		var te *transport.Error
 		if errors.As(err, &te) && te.StatusCode >= 400 && te.StatusCode < 500 {
-			return nil, &StatusError{Code: te.StatusCode, Msg: fmt.Sprintf("failed to pull image %s: %v", parsed, err)}
+			return nil, &StatusError{Code: te.StatusCode, Msg: fmt.Sprintf("%s %s: %v", contract.ImagePullFailureText, parsed, err)}
 		}
 		if strings.Contains(err.Error(), "no child with platform") {
-			return nil, &StatusError{Code: http.StatusNotFound, Msg: fmt.Sprintf("failed to pull image %s: %v", parsed, err)}
+			return nil, &StatusError{Code: http.StatusNotFound, Msg: fmt.Sprintf("%s %s: %v", contract.ImagePullFailureText, parsed, err)}
 		}
-		return nil, fmt.Errorf("failed to pull image %s: %w", parsed, err)
+		return nil, fmt.Errorf("%s %s: %w", contract.ImagePullFailureText, parsed, err)
 	}
 	ls, err := img.Layers()
 	if err != nil {
-		return nil, fmt.Errorf("failed to pull image %s: %w", parsed, err)
+		return nil, fmt.Errorf("%s %s: %w", contract.ImagePullFailureText, parsed, err)
 	}
 	out := make([]layerOpener, len(ls))
 	for i, l := range ls {

@@ -208,6 +208,9 @@ const (
 	ReasonTransferRunning = "TransferRunning"
 	ReasonCompleted       = "Completed"
 	ReasonError           = "Error"
+	// ReasonImagePullFailed: a registry source's image, or the worker's own
+	// image, cannot be pulled (KubeVirt shows DataVolumeError for it).
+	ReasonImagePullFailed = "ImagePullFailed"
 )
 
 // DataImportCron: the annotations the cron and its poller keep on the cron,
