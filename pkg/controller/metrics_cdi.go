@@ -46,11 +46,12 @@ var fqNamePattern = regexp.MustCompile(`fqName: "([^"]+)"`)
 
 // ControllerMetricNames are the names of the metrics the controller
 // exports from its own collectors: the CDI resource's readiness, pending
-// DataVolumes and the StorageProfile info series.
+// DataVolumes, DataVolumes restarting unusually often and the StorageProfile
+// info series.
 func ControllerMetricNames() []string {
 	ch := make(chan *prometheus.Desc, 16)
 	go func() {
-		for _, c := range append(CDICollectors(), pendingCollector{}, storageProfileInfo) {
+		for _, c := range append(CDICollectors(), pendingCollector{}, restartCollector{}, storageProfileInfo) {
 			c.Describe(ch)
 		}
 		close(ch)

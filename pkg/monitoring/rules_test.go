@@ -42,10 +42,9 @@ type rule struct {
 }
 
 // external are the metrics the rules read that others export: Prometheus
-// itself (up) and kube-state-metrics (container restarts).
+// itself (up).
 var external = map[string]string{
 	"up": "Prometheus's scrape health of the controller pods",
-	"kube_pod_container_status_restarts_total": "kube-state-metrics",
 }
 
 // knownElsewhere are Kubefill metrics registered by controllers outside the
