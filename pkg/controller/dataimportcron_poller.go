@@ -10,6 +10,7 @@ import (
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
 	"github.com/kubefill/kubefill/pkg/contract"
+	"github.com/kubefill/kubefill/pkg/populators"
 )
 
 // DefaultPollerServiceAccount runs the poller pods (manifests/install/poller-rbac.yaml);
@@ -114,7 +115,9 @@ func pollerPodSpec(cron *cdiv1.DataImportCron, p pollerSpec) corev1.PodTemplateS
 		sa = DefaultPollerServiceAccount
 	}
 	return corev1.PodTemplateSpec{
-		ObjectMeta: metav1.ObjectMeta{Labels: pollerLabels(cron)},
+		// Out of service meshes as worker pods are: a sidecar that never
+		// exits would keep the poller's Job from completing.
+		ObjectMeta: metav1.ObjectMeta{Labels: pollerLabels(cron), Annotations: populators.WorkerPodAnnotations(nil)},
 		Spec: corev1.PodSpec{
 			Containers:                    []corev1.Container{c},
 			Volumes:                       volumes,
@@ -175,6 +178,12 @@ func applyJobSpec(js *batchv1.JobSpec, cron *cdiv1.DataImportCron, p pollerSpec)
 	}
 	for k, v := range want.Labels {
 		tpl.Labels[k] = v
+	}
+	if tpl.Annotations == nil {
+		tpl.Annotations = map[string]string{}
+	}
+	for k, v := range want.Annotations {
+		tpl.Annotations[k] = v
 	}
 	ps := &tpl.Spec
 	ps.Containers = want.Spec.Containers

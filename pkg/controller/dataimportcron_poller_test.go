@@ -61,3 +61,24 @@ func TestPollerPodPlacementAndPullSecrets(t *testing.T) {
 		})
 	}
 }
+
+// TestPollerPodOutOfMeshes: the poller's pods opt out of Istio and Linkerd
+// as worker pods do, in a new CronJob and Job and in one applied again.
+func TestPollerPodOutOfMeshes(t *testing.T) {
+	cron := registryCronWithRefs("", "")
+	old := newPollerCronJob(cron, "kubefill", pollerSpec{})
+	old.Spec.JobTemplate.Spec.Template.Annotations = map[string]string{"kept": "yes"}
+	applyCronJob(old, cron, pollerSpec{})
+	for what, meta := range map[string]metav1.ObjectMeta{
+		"CronJob":         newPollerCronJob(cron, "kubefill", pollerSpec{}).Spec.JobTemplate.Spec.Template.ObjectMeta,
+		"initial Job":     newInitialJob(cron, "kubefill", pollerSpec{}).Spec.Template.ObjectMeta,
+		"applied CronJob": old.Spec.JobTemplate.Spec.Template.ObjectMeta,
+	} {
+		if meta.Annotations[cdiv1.AnnPodSidecarInjectionIstio] != "false" || meta.Annotations[cdiv1.AnnPodSidecarInjectionLinkerd] != "disabled" {
+			t.Errorf("%s pod annotations %v, want istio %q and linkerd %q", what, meta.Annotations, "false", "disabled")
+		}
+	}
+	if old.Spec.JobTemplate.Spec.Template.Annotations["kept"] != "yes" {
+		t.Error("applying the CronJob again dropped an annotation it does not own")
+	}
+}
