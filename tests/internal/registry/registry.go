@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,7 +38,18 @@ type Server struct {
 	CAPEM  []byte
 	srv    *httptest.Server
 	client *http.Client
+	// down answers 503 to every request while set (SetUnavailable).
+	down atomic.Bool
+	// refused counts the requests answered 503.
+	refused atomic.Int32
 }
+
+// SetUnavailable makes the registry answer 503 Service Unavailable to every
+// request while down is true, as a registry under maintenance does.
+func (s *Server) SetUnavailable(down bool) { s.down.Store(down) }
+
+// Refused is how many requests the registry answered 503.
+func (s *Server) Refused() int32 { return s.refused.Load() }
 
 // Options say where and how the registry listens.
 type Options struct {
@@ -72,11 +84,20 @@ func Start(t testing.TB, o Options) *Server {
 			inner.ServeHTTP(w, r)
 		})
 	}
-	srv := httptest.NewUnstartedServer(h)
+	s := &Server{Host: ln.Addr().String()}
+	serve := h
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.down.Load() {
+			s.refused.Add(1)
+			http.Error(w, "registry under maintenance", http.StatusServiceUnavailable)
+			return
+		}
+		serve.ServeHTTP(w, r)
+	}))
 	srv.Listener.Close()
 	srv.Listener = ln
 	srv.Config.ReadHeaderTimeout = 10 * time.Second
-	s := &Server{Host: ln.Addr().String(), srv: srv}
+	s.srv = srv
 	if o.TLS {
 		ca := kit.TestCA(t, "kubefill-test-registry-ca")
 		certPEM, keyPEM, err := ca.Issue(kit.Leaf{CommonName: addr, Hosts: []string{addr}, Server: true})
