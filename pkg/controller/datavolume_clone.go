@@ -503,6 +503,9 @@ func (r *DataVolumeReconciler) reconcileCloneClaim(ctx context.Context, dv *cdiv
 			return view, err
 		}
 	}
+	if err := r.inheritInstancetypeLabels(ctx, dv, *src); err != nil {
+		return ClaimView{}, err
+	}
 	size, view, ok, err := r.cloneSize(ctx, dv, *src)
 	if !ok || err != nil {
 		return view, err
