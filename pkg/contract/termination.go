@@ -39,22 +39,26 @@ type TerminationMessage struct {
 	Labels    map[string]string `json:"labels,omitempty"`
 }
 
-// Encode renders the message, shortening the text so the whole JSON fits
-// the kubelet's 4096-byte limit.
+// Encode renders the message so the whole JSON fits the kubelet's
+// 4096-byte limit: labels that do not fit are left out (they come from the
+// image, and must never cost the outcome), then the text is shortened.
 func (m TerminationMessage) Encode() ([]byte, error) {
 	for {
 		b, err := json.Marshal(m)
 		if err != nil {
 			return nil, err
 		}
-		if len(b) <= maxTerminationMessage || m.Message == nil || len(*m.Message) == 0 {
+		switch {
+		case len(b) <= maxTerminationMessage:
+			return b, nil
+		case len(m.Labels) > 0:
+			m.Labels = nil
+			continue
+		case m.Message == nil || len(*m.Message) <= 3:
 			return b, nil
 		}
 		s := *m.Message
-		cut := len(s) - (len(b) - maxTerminationMessage) - 3
-		if cut < 0 {
-			cut = 0
-		}
+		cut := max(len(s)-(len(b)-maxTerminationMessage)-3, 0)
 		s = s[:cut] + "..."
 		m.Message = &s
 	}

@@ -100,6 +100,9 @@ type Result struct {
 	PreallocationApplied bool
 	// SyncTime is how long the final fsync took.
 	SyncTime time.Duration
+	// Labels are what the source's image asks its claim to carry (a
+	// containerdisk's instancetype defaults); nil for other sources.
+	Labels map[string]string
 }
 
 type counter struct {

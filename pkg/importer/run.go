@@ -136,7 +136,7 @@ func Run(ctx context.Context, cfg *Config, p Paths, log logr.Logger) error {
 		progress.Set(100)
 		text := contract.MessageImportComplete
 		prealloc := res.PreallocationApplied
-		msg.Message, msg.PreallocationApplied = &text, &prealloc
+		msg.Message, msg.PreallocationApplied, msg.Labels = &text, &prealloc, res.Labels
 		log.Info("import complete", "format", res.Format, "wrappers", res.Wrappers, "method", res.Method,
 			"virtualSize", res.VirtualSize, "bytesWritten", res.Written, "preallocated", prealloc,
 			"seconds", time.Since(start).Seconds(), "fsyncSeconds", res.SyncTime.Seconds())
@@ -186,7 +186,11 @@ func runImport(ctx context.Context, cfg *Config, p Paths, log logr.Logger, progr
 	if err != nil {
 		return nil, err
 	}
-	return datapath.Import(ctx, src, opt)
+	res, err := datapath.Import(ctx, src, opt)
+	if l, ok := src.(interface{ Labels() map[string]string }); ok && err == nil {
+		res.Labels = l.Labels()
+	}
+	return res, err
 }
 
 func buildSource(cfg *Config) (source.Source, error) {

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -237,7 +239,10 @@ func importProxySecret(p *cdiv1.ImportProxy) map[string][]byte {
 }
 
 // Observe implements Worker: a running importer's progress, read every 2 s.
-func (k *ImportKind) Observe(ctx context.Context, _ *Flow, pod *corev1.Pod, res *Result) error {
+func (k *ImportKind) Observe(ctx context.Context, f *Flow, pod *corev1.Pod, res *Result) error {
+	if res.Pod.Phase == corev1.PodSucceeded {
+		return k.labelFromImage(ctx, f.Target, pod)
+	}
 	if res.Pod.Phase != corev1.PodRunning {
 		return nil
 	}
@@ -252,4 +257,56 @@ func (k *ImportKind) Observe(ctx context.Context, _ *Flow, pod *corev1.Pod, res 
 	}
 	res.RetryAfter = 2 * time.Second
 	return nil
+}
+
+// labelFromImage gives the target the labels its image asked for in the
+// importer's termination message (a containerdisk's instancetype and
+// preference defaults), as CDI does; a DataSource of the claim then carries
+// them too.
+func (k *ImportKind) labelFromImage(ctx context.Context, target *corev1.PersistentVolumeClaim, pod *corev1.Pod) error {
+	var asked map[string]string
+	for _, cs := range pod.Status.ContainerStatuses {
+		if term := cs.State.Terminated; term != nil {
+			if msg, ok := contract.DecodeTermination(term.Message); ok {
+				asked = msg.Labels
+			}
+		}
+	}
+	add := ImageLabelsForClaim(target.Labels, asked)
+	if len(add) == 0 {
+		return nil
+	}
+	patch := client.MergeFrom(target.DeepCopy())
+	if target.Labels == nil {
+		target.Labels = map[string]string{}
+	}
+	for key, v := range add {
+		target.Labels[key] = v
+	}
+	if err := k.Client.Patch(ctx, target, patch); err != nil {
+		return fmt.Errorf("labelling claim %s as its image asks: %w", target.Name, err)
+	}
+	return nil
+}
+
+// ImageLabelsForClaim are the labels of an image (read back from its
+// importer, so untrusted) that a claim takes: only keys in the kubevirt.io
+// domain or a subdomain of it, as CDI's conversion makes them, that are
+// valid labels and that the claim does not have yet. Pure.
+func ImageLabelsForClaim(claim, image map[string]string) map[string]string {
+	out := map[string]string{}
+	for key, v := range image {
+		if _, has := claim[key]; has {
+			continue
+		}
+		domain, _, ok := strings.Cut(key, "/")
+		if !ok || (domain != "kubevirt.io" && !strings.HasSuffix(domain, ".kubevirt.io")) {
+			continue
+		}
+		if len(validation.IsQualifiedName(key)) > 0 || len(validation.IsValidLabelValue(v)) > 0 {
+			continue
+		}
+		out[key] = v
+	}
+	return out
 }

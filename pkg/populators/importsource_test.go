@@ -1,6 +1,7 @@
 package populators
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
@@ -36,5 +37,27 @@ func TestResolveImportSource(t *testing.T) {
 		if err != nil || ep.Source != c.source {
 			t.Errorf("%s: got %+v, %v; want source %s", c.name, ep, err, c.source)
 		}
+	}
+}
+
+func TestImageLabelsForClaim(t *testing.T) {
+	image := map[string]string{
+		"instancetype.kubevirt.io/default-instancetype": "u1.small",
+		"instancetype.kubevirt.io/default-preference":   "fedora",
+		"kubevirt.io/test":                                    "x",
+		"evil.example.com/owner":                              "me",    // not a kubevirt.io domain
+		"notkubevirt.io/x":                                    "y",     // a lookalike domain
+		"app.kubernetes.io/managed-by":                        "image", // another domain
+		"instancetype.kubevirt.io/bad-value":                  "spaces are not allowed",
+		"instancetype.kubevirt.io/" + strings.Repeat("n", 70): "too-long-name",
+	}
+	claim := map[string]string{"instancetype.kubevirt.io/default-preference": "rhel"}
+	got := ImageLabelsForClaim(claim, image)
+	want := map[string]string{"instancetype.kubevirt.io/default-instancetype": "u1.small", "kubevirt.io/test": "x"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("ImageLabelsForClaim = %v, want %v (the claim's own label kept, nothing outside kubevirt.io, only valid labels)", got, want)
+	}
+	if got := ImageLabelsForClaim(nil, nil); len(got) != 0 {
+		t.Errorf("no image labels gave %v", got)
 	}
 }

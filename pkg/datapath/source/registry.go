@@ -47,7 +47,13 @@ var ErrNoDisk = errors.New("the image has no disk file under disk/")
 type Registry struct {
 	cfg  RegistryConfig
 	size int64
+	// env is the image's configured environment, read when it is opened.
+	env []string
 }
+
+// Labels are the labels the image asks its claim to carry (ImageEnvLabels
+// of its environment), known once Open has read the image.
+func (r *Registry) Labels() map[string]string { return ImageEnvLabels(r.env) }
 
 // NewRegistry validates cfg.
 func NewRegistry(cfg RegistryConfig) (*Registry, error) {
@@ -146,6 +152,9 @@ func (r *Registry) remoteLayers(ctx context.Context, ref string) ([]layerOpener,
 			return nil, &StatusError{Code: http.StatusNotFound, Msg: fmt.Sprintf("%s %s: %v", contract.ImagePullFailureText, parsed, err)}
 		}
 		return nil, fmt.Errorf("%s %s: %w", contract.ImagePullFailureText, parsed, err)
+	}
+	if cf, err := img.ConfigFile(); err == nil && cf != nil {
+		r.env = cf.Config.Env
 	}
 	ls, err := img.Layers()
 	if err != nil {
