@@ -2,9 +2,7 @@ package importer
 
 import (
 	"archive/tar"
-	"bufio"
 	"bytes"
-	"crypto/tls"
 	"io"
 	"log"
 	"net/http"
@@ -13,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,70 +23,12 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/kubefill/kubefill/pkg/contract"
-	"github.com/kubefill/kubefill/pkg/pki"
+	"github.com/kubefill/kubefill/pkg/datapath/testimg"
 )
 
 // interceptedHost is the name the importer asks for; only the proxy knows
 // where it is, and answers for it with a certificate of its own CA.
 const interceptedHost = "registry.kubefill.test"
-
-// interceptingProxy is an HTTP CONNECT proxy that terminates the tunnelled
-// TLS itself, with a certificate for the requested host signed by its own
-// CA, and forwards each request to backend over TLS: what a
-// TLS-inspecting corporate proxy does. It counts the tunnels it opened.
-func interceptingProxy(t *testing.T, backend *httptest.Server) (proxyURL string, caPEM []byte, tunnels *atomic.Int32) {
-	t.Helper()
-	ca, err := pki.NewCA("intercepting proxy CA", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certPEM, keyPEM, err := ca.Issue(interceptedHost, []string{interceptedHost}, false, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pair, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	upstream := backend.Client().Transport
-	backendHost := backend.Listener.Addr().String()
-	tunnels = &atomic.Int32{}
-	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodConnect || r.Host != interceptedHost+":443" {
-			http.Error(w, "only CONNECT "+interceptedHost+":443", http.StatusForbidden)
-			return
-		}
-		conn, _, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			return
-		}
-		defer conn.Close()
-		tunnels.Add(1)
-		if _, err := io.WriteString(conn, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
-			return
-		}
-		tconn := tls.Server(conn, &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12})
-		br := bufio.NewReader(tconn)
-		for {
-			req, err := http.ReadRequest(br)
-			if err != nil {
-				return
-			}
-			req.RequestURI, req.URL.Scheme, req.URL.Host = "", "https", backendHost
-			resp, err := upstream.RoundTrip(req)
-			if err != nil {
-				return
-			}
-			err = resp.Write(tconn)
-			resp.Body.Close()
-			if err != nil {
-				return
-			}
-		}
-	}))
-	t.Cleanup(proxy.Close)
-	return proxy.URL, ca.CertPEM, tunnels
-}
 
 // An import through a TLS-intercepting proxy succeeds when the importer is
 // given the proxy's CA in IMPORTER_PROXY_CERT_DIR (where the importer pod
@@ -118,7 +57,8 @@ func TestRunTrustsTheProxyCA(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	proxyURL, caPEM, tunnels := interceptingProxy(t, backend)
+	proxy := testimg.StartInterceptingProxy(t, "", interceptedHost, backend.Client().Transport, backend.Listener.Addr().String())
+	proxyURL, caPEM, tunnels := proxy.URL, proxy.CAPEM, &proxy.Tunnels
 	caDir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(caDir, "ca.crt"), caPEM, 0o600); err != nil {
 		t.Fatal(err)
