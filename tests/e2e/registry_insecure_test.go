@@ -64,20 +64,33 @@ func TestImportFromInsecureRegistry(t *testing.T) {
 	}
 }
 
-// listInsecureRegistry lists host in CDIConfig's insecureRegistries
-// (through the CDI resource when it is the config's authority) until the
-// test ends.
+// listInsecureRegistry lists host in CDIConfig's insecureRegistries until
+// the test ends.
 func listInsecureRegistry(t *testing.T, c client.Client, host string) {
 	t.Helper()
-	ctx := context.Background()
-	edit := func(add bool) error {
-		change := func(list []string) []string {
-			list = slices.DeleteFunc(slices.Clone(list), func(s string) bool { return s == host })
-			if add {
-				list = append(list, host)
+	change := func(add bool) func(*cdiv1.CDIConfigSpec) bool {
+		return func(spec *cdiv1.CDIConfigSpec) bool {
+			if slices.Contains(spec.InsecureRegistries, host) == add {
+				return true
 			}
-			return list
+			spec.InsecureRegistries = slices.DeleteFunc(slices.Clone(spec.InsecureRegistries), func(s string) bool { return s == host })
+			if add {
+				spec.InsecureRegistries = append(spec.InsecureRegistries, host)
+			}
+			return false
 		}
+	}
+	editConfigSpec(t, c, "insecureRegistries to list "+host, change(true))
+	t.Cleanup(func() { editConfigSpec(t, c, "insecureRegistries to drop "+host, change(false)) })
+}
+
+// editConfigSpec applies change to CDIConfig's spec (through the CDI
+// resource when it is the config's authority) until CDIConfig's spec shows
+// it: change says whether spec already does, else changes it.
+func editConfigSpec(t *testing.T, c client.Client, what string, change func(*cdiv1.CDIConfigSpec) (done bool)) {
+	t.Helper()
+	ctx := context.Background()
+	edit := func() error {
 		cdis := &cdiv1.CDIList{}
 		if err := c.List(ctx, cdis); err != nil {
 			return err
@@ -91,7 +104,7 @@ func listInsecureRegistry(t *testing.T, c client.Client, host string) {
 				if cr.Spec.Config == nil {
 					cr.Spec.Config = &cdiv1.CDIConfigSpec{}
 				}
-				cr.Spec.Config.InsecureRegistries = change(cr.Spec.Config.InsecureRegistries)
+				change(cr.Spec.Config)
 				return c.Update(ctx, cr)
 			}
 		}
@@ -99,26 +112,22 @@ func listInsecureRegistry(t *testing.T, c client.Client, host string) {
 		if err := c.Get(ctx, types.NamespacedName{Name: cdiv1.CDIConfigName}, config); err != nil {
 			return err
 		}
-		config.Spec.InsecureRegistries = change(config.Spec.InsecureRegistries)
+		change(&config.Spec)
 		return c.Update(ctx, config)
 	}
-	// Each tried again on a conflict: the controller writes the CDI
-	// resource and CDIConfig too.
-	converge := func(t *testing.T, add bool) {
-		kit.Eventually(t, time.Minute, time.Second, fmt.Sprintf("insecureRegistries listing %s: %v", host, add), func() (bool, string, error) {
-			config := &cdiv1.CDIConfig{}
-			if err := c.Get(ctx, types.NamespacedName{Name: cdiv1.CDIConfigName}, config); err != nil {
-				return false, "", client.IgnoreNotFound(err)
-			}
-			if slices.Contains(config.Spec.InsecureRegistries, host) == add {
-				return true, "", nil
-			}
-			if err := edit(add); err != nil && !apierrors.IsConflict(err) {
-				return false, "", err
-			}
-			return false, fmt.Sprintf("%v", config.Spec.InsecureRegistries), nil
-		})
-	}
-	converge(t, true)
-	t.Cleanup(func() { converge(t, false) })
+	// Tried again on a conflict: the controller writes the CDI resource and
+	// CDIConfig too.
+	kit.Eventually(t, time.Minute, time.Second, what, func() (bool, string, error) {
+		config := &cdiv1.CDIConfig{}
+		if err := c.Get(ctx, types.NamespacedName{Name: cdiv1.CDIConfigName}, config); err != nil {
+			return false, "", client.IgnoreNotFound(err)
+		}
+		if change(config.Spec.DeepCopy()) {
+			return true, "", nil
+		}
+		if err := edit(); err != nil && !apierrors.IsConflict(err) {
+			return false, "", err
+		}
+		return false, fmt.Sprintf("spec %+v", config.Spec), nil
+	})
 }
