@@ -166,10 +166,17 @@ func TestImportWorkerSpecRegistryAndProxyCA(t *testing.T) {
 			}
 		})
 	}
+	// A blank image reaches nothing: no proxy CA, even one missing.
+	blank := importFlow("tenant", "")
+	blank.Source.(*cdiv1.VolumeImportSource).Spec.Source = &cdiv1.ImportSourceType{Blank: &cdiv1.DataVolumeBlankImage{}}
+	missing := &cdiv1.CDIConfig{Status: cdiv1.CDIConfigStatus{ImportProxy: &cdiv1.ImportProxy{TrustedCAProxy: ptr.To("proxy-ca")}}}
+	k := &ImportKind{Client: fake.NewClientBuilder().WithScheme(testScheme()).Build(), Namespace: installNS}
+	if spec, err := k.WorkerSpec(context.Background(), blank, missing); err != nil || spec.SecretData[proxyCAKey] != nil {
+		t.Errorf("a blank image: %v, Secret data %v", err, spec.SecretData)
+	}
 	// A controller that does not know its install namespace says so.
-	config := &cdiv1.CDIConfig{Status: cdiv1.CDIConfigStatus{ImportProxy: &cdiv1.ImportProxy{TrustedCAProxy: ptr.To("proxy-ca")}}}
-	k := &ImportKind{Client: fake.NewClientBuilder().WithScheme(testScheme()).Build()}
-	if _, err := k.WorkerSpec(context.Background(), importFlow("tenant", "docker://r/x"), config); err == nil || !strings.Contains(err.Error(), "POD_NAMESPACE") {
+	k = &ImportKind{Client: fake.NewClientBuilder().WithScheme(testScheme()).Build()}
+	if _, err := k.WorkerSpec(context.Background(), importFlow("tenant", "docker://r/x"), missing); err == nil || !strings.Contains(err.Error(), "POD_NAMESPACE") {
 		t.Errorf("without an install namespace: %v", err)
 	}
 }

@@ -186,9 +186,12 @@ func (k *ImportKind) WorkerSpec(ctx context.Context, f *Flow, config *cdiv1.CDIC
 	if InsecureRegistry(ep.URL, config) {
 		env = append(env, corev1.EnvVar{Name: contract.EnvInsecureTLS, Value: "true"})
 	}
-	proxyCA, err := k.proxyCA(ctx, config)
-	if err != nil {
-		return WorkerSpec{}, err
+	var proxyCA []byte
+	if ep.Source != contract.SourceNone {
+		// A blank image reaches nothing, as in CDI.
+		if proxyCA, err = k.proxyCA(ctx, config); err != nil {
+			return WorkerSpec{}, err
+		}
 	}
 	if proxyCA != nil {
 		if secret == nil {
