@@ -58,7 +58,8 @@ func parsePollerFlags(args []string, out io.Writer) (*pollerFlags, error) {
 // newPollerCommand is what a DataImportCron's CronJob runs: one poll of a
 // registry image's digest, recorded on the cron. Credentials come from
 // IMPORTER_ACCESS_KEY_ID and IMPORTER_SECRET_KEY, INSECURE_TLS=true skips
-// certificate checks, as for CDI's poller.
+// certificate checks, IMPORTER_PROXY_CERT_DIR holds the import proxy's CA,
+// as for CDI's poller.
 func newPollerCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "poller -ns <namespace> -cron <name> -url <docker://...> [-certdir <dir>]",
@@ -92,6 +93,13 @@ func newPollerCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// A TLS-intercepting proxy presents certificates of its own CA
+			// for the registry.
+			proxyCA, err := source.LoadPEMDir(os.Getenv(contract.EnvProxyCertDir))
+			if err != nil {
+				return fmt.Errorf("reading the import proxy's CA (%s): %w", contract.EnvProxyCertDir, err)
+			}
+			ca = append(ca, proxyCA...)
 			cfg, err := clientcmd.BuildConfigFromFlags(p.server, p.kubeconfig)
 			if err != nil {
 				return fmt.Errorf("building the API client configuration: %w", err)

@@ -39,12 +39,15 @@ const (
 
 // Paths inside a worker pod, as in CDI.
 const (
-	DataDir          = "/data"
-	DataPath         = DataDir + "/disk.img"
-	BlockPath        = "/dev/cdi-block-volume"
-	ScratchDir       = "/scratch"
-	TerminationLog   = "/dev/termination-log"
-	CertDir          = "/certs"
+	DataDir        = "/data"
+	DataPath       = DataDir + "/disk.img"
+	BlockPath      = "/dev/cdi-block-volume"
+	ScratchDir     = "/scratch"
+	TerminationLog = "/dev/termination-log"
+	CertDir        = "/certs"
+	// ProxyCertDir holds the import proxy's CA bundle (CDIConfig
+	// importProxy.trustedCAProxy).
+	ProxyCertDir     = "/proxycerts"
 	SecretHeadersDir = "/extraheaders"
 	// UploadTLSDir holds an upload pod's serving certificate and client CA.
 	UploadTLSDir = "/etc/kubefill/upload-tls"
@@ -55,6 +58,7 @@ const (
 	DataVolumeName    = "cdi-data-vol"
 	ScratchVolumeName = "cdi-scratch-vol"
 	CertVolumeName    = "cdi-cert-vol"
+	ProxyCertVolume   = "cdi-proxy-cert-vol"
 	UploadTLSVolume   = "upload-tls"
 )
 

@@ -450,8 +450,9 @@ func (r *DataImportCronReconciler) pollerSpec(ctx context.Context, cron *cdiv1.D
 		}
 		return p, nil
 	}
-	p.Insecure = insecureRegistry(ptr.Deref(registrySource(cron).URL, ""), config)
+	p.Insecure = populators.InsecureRegistry(ptr.Deref(registrySource(cron).URL, ""), config)
 	p.Proxy = config.Status.ImportProxy
+	p.ProxyCA = populators.TrustedCAProxy(config)
 	if len(config.Status.ImagePullSecrets) > 0 {
 		p.PullSecrets = append([]corev1.LocalObjectReference(nil), config.Status.ImagePullSecrets...)
 	}

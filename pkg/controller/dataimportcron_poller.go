@@ -1,8 +1,6 @@
 package controller
 
 import (
-	"strings"
-
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,6 +26,9 @@ type pollerSpec struct {
 	// Insecure: the registry is listed in CDIConfig spec.insecureRegistries.
 	Insecure bool
 	Proxy    *cdiv1.ImportProxy
+	// ProxyCA is the ConfigMap, in the install namespace, of the proxy's
+	// CA bundle (importProxy.trustedCAProxy); "" when none.
+	ProxyCA string
 	// Placement is the CDI resource's spec.workload.
 	Placement cdiv1.NodePlacement
 	// PullSecrets are CDIConfig's imagePullSecrets, in the install
@@ -37,27 +38,6 @@ type pollerSpec struct {
 	// the cron's secretRef and certConfigMap (PollerCopyName); empty when
 	// the cron names none.
 	Secret, CertConfigMap string
-}
-
-// registryHost is the registry part of a docker:// URL.
-func registryHost(url string) string {
-	ref := strings.TrimPrefix(url, "docker://")
-	host, _, _ := strings.Cut(ref, "/")
-	return host
-}
-
-// insecureRegistry says whether CDIConfig lists the URL's registry as insecure.
-func insecureRegistry(url string, config *cdiv1.CDIConfig) bool {
-	if config == nil {
-		return false
-	}
-	host := registryHost(url)
-	for _, r := range config.Spec.InsecureRegistries {
-		if r == host || strings.TrimPrefix(strings.TrimPrefix(r, "http://"), "https://") == host {
-			return true
-		}
-	}
-	return false
 }
 
 // pollerPodSpec renders the poller's pod: `kubefill poller` with CDI's
@@ -90,6 +70,12 @@ func pollerPodSpec(cron *cdiv1.DataImportCron, p pollerSpec) corev1.PodTemplateS
 			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: cm}, DefaultMode: ptr.To[int32](0o644)}}})
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: contract.CertVolumeName, MountPath: contract.CertDir, ReadOnly: true})
 		c.Command = append(c.Command, "-certdir", contract.CertDir)
+	}
+	if cm := p.ProxyCA; cm != "" {
+		volumes = append(volumes, corev1.Volume{Name: contract.ProxyCertVolume, VolumeSource: corev1.VolumeSource{
+			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: cm}, DefaultMode: ptr.To[int32](0o644)}}})
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: contract.ProxyCertVolume, MountPath: contract.ProxyCertDir, ReadOnly: true})
+		c.Env = append(c.Env, corev1.EnvVar{Name: contract.EnvProxyCertDir, Value: contract.ProxyCertDir})
 	}
 	if secret := p.Secret; secret != "" {
 		for _, kv := range [][2]string{{contract.EnvAccessKeyID, "accessKeyId"}, {contract.EnvSecretKey, "secretKey"}} {

@@ -2,15 +2,18 @@ package controller
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	cdiv1 "github.com/kubefill/kubefill-api/cdi/v1beta1"
+	"github.com/kubefill/kubefill/pkg/contract"
 )
 
 // The poller's pods are placed by the CDI resource's spec.workload and pull
@@ -80,5 +83,59 @@ func TestPollerPodOutOfMeshes(t *testing.T) {
 	}
 	if old.Spec.JobTemplate.Spec.Template.Annotations["kept"] != "yes" {
 		t.Error("applying the CronJob again dropped an annotation it does not own")
+	}
+}
+
+// The poller skips TLS checks for a registry CDIConfig lists as insecure,
+// and trusts the import proxy's CA, mounted from the install namespace's
+// ConfigMap CDIConfig names.
+func TestPollerPodInsecureRegistryAndProxyCA(t *testing.T) {
+	cases := []struct {
+		name         string
+		insecure     []string
+		trustedCA    string
+		wantInsecure bool
+	}{
+		{"listed with its port, and a proxy CA", []string{"registry.a.svc:5000"}, "proxy-ca", true},
+		{"listed without the port the URL gives", []string{"registry.a.svc"}, "", false},
+		{"neither", nil, "", false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			config := &cdiv1.CDIConfig{ObjectMeta: metav1.ObjectMeta{Name: cdiv1.CDIConfigName}, Spec: cdiv1.CDIConfigSpec{InsecureRegistries: c.insecure}}
+			if c.trustedCA != "" {
+				config.Status.ImportProxy = &cdiv1.ImportProxy{HTTPSProxy: ptr.To("http://proxy.test:3128"), TrustedCAProxy: ptr.To(c.trustedCA)}
+			}
+			r := &DataImportCronReconciler{Client: fake.NewClientBuilder().WithScheme(NewScheme()).WithObjects(config).Build(), Image: "img:1"}
+			cron := registryCronWithRefs("", "")
+			p, err := r.pollerSpec(context.Background(), cron)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ps := newPollerCronJob(cron, "kubefill", p).Spec.JobTemplate.Spec.Template.Spec
+			ctr := ps.Containers[0]
+			env := map[string]string{}
+			for _, e := range ctr.Env {
+				env[e.Name] = e.Value
+			}
+			if got := env[contract.EnvInsecureTLS] == "true"; got != c.wantInsecure {
+				t.Errorf("INSECURE_TLS set %v, want %v (env %v)", got, c.wantInsecure, ctr.Env)
+			}
+			i := slices.IndexFunc(ps.Volumes, func(v corev1.Volume) bool { return v.Name == contract.ProxyCertVolume })
+			if c.trustedCA == "" {
+				if i >= 0 || env[contract.EnvProxyCertDir] != "" {
+					t.Errorf("a proxy CA without trustedCAProxy: volumes %v env %v", ps.Volumes, ctr.Env)
+				}
+				return
+			}
+			if i < 0 || ps.Volumes[i].ConfigMap == nil || ps.Volumes[i].ConfigMap.Name != c.trustedCA {
+				t.Fatalf("volumes %+v, want ConfigMap %s as %s", ps.Volumes, c.trustedCA, contract.ProxyCertVolume)
+			}
+			if !slices.ContainsFunc(ctr.VolumeMounts, func(m corev1.VolumeMount) bool {
+				return m.Name == contract.ProxyCertVolume && m.MountPath == contract.ProxyCertDir && m.ReadOnly
+			}) || env[contract.EnvProxyCertDir] != contract.ProxyCertDir {
+				t.Errorf("mounts %+v env %v, want %s read-only at %s named by %s", ctr.VolumeMounts, ctr.Env, contract.ProxyCertVolume, contract.ProxyCertDir, contract.EnvProxyCertDir)
+			}
+		})
 	}
 }

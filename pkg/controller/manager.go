@@ -177,7 +177,7 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (ctrl.Manager, error) {
 	cloneKind := &clone.Kind{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: installNS,
 		Image: opts.WorkerImage, PullPolicy: opts.WorkerPullPolicy, ExtendedTokens: tokens.extended,
 		Grants: &populators.GrantChecker{Reader: mgr.GetAPIReader()}, Snapshots: snapshots}
-	kinds := populatorKinds(mgr.GetClient(), opts, uploadKind, cloneKind)
+	kinds := populatorKinds(mgr.GetClient(), mgr.GetAPIReader(), installNS, opts, uploadKind, cloneKind)
 	var kindNames []string
 	for _, kind := range kinds {
 		r := &populators.Reconciler{
@@ -249,10 +249,12 @@ func setupClusterScoped(mgr ctrl.Manager, opts ManagerOptions, installNS string)
 // VolumePopulator objects are registered from this same list: a kind no
 // populator runs is not declared, so the data-source validator warns about
 // claims naming it instead of leaving them pending in silence.
-func populatorKinds(c client.Client, opts ManagerOptions, upload *populators.UploadKind, cloneKind *clone.Kind) []populators.Kind {
+func populatorKinds(c client.Client, reader client.Reader, installNS string, opts ManagerOptions, upload *populators.UploadKind, cloneKind *clone.Kind) []populators.Kind {
 	return []populators.Kind{
 		&populators.ImportKind{
 			Client:      c,
+			Reader:      reader,
+			Namespace:   installNS,
 			Image:       opts.WorkerImage,
 			PullPolicy:  opts.WorkerPullPolicy,
 			MetricsPort: contract.MetricsPort,
@@ -269,7 +271,7 @@ func populatorKinds(c client.Client, opts ManagerOptions, upload *populators.Upl
 // declares through VolumePopulator objects.
 func PopulatorKinds() []string {
 	var names []string
-	for _, k := range populatorKinds(nil, ManagerOptions{}, &populators.UploadKind{}, &clone.Kind{}) {
+	for _, k := range populatorKinds(nil, nil, "", ManagerOptions{}, &populators.UploadKind{}, &clone.Kind{}) {
 		names = append(names, k.Name())
 	}
 	return names

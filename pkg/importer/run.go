@@ -198,6 +198,10 @@ func buildSource(cfg *Config) (source.Source, error) {
 	if err != nil {
 		return nil, err
 	}
+	proxyCA, err := source.LoadPEMDir(cfg.ProxyCertDir)
+	if err != nil {
+		return nil, fmt.Errorf("reading the import proxy's CA: %w", err)
+	}
 	switch cfg.Source {
 	case contract.SourceHTTP:
 		lines := append([]string(nil), cfg.ExtraHeaders...)
@@ -213,19 +217,16 @@ func buildSource(cfg *Config) (source.Source, error) {
 		if err != nil {
 			return nil, err
 		}
-		proxyCA, err := source.LoadPEMDir(cfg.ProxyCertDir)
-		if err != nil {
-			return nil, err
-		}
 		return source.NewHTTP(source.HTTPConfig{
 			URL: cfg.Endpoint, CAPEM: ca, InsecureSkipVerify: cfg.InsecureTLS,
 			Username: cfg.AccessKeyID, Password: cfg.SecretKey, Header: hdr,
 			HTTPProxy: cfg.HTTPProxy, HTTPSProxy: cfg.HTTPSProxy, NoProxy: cfg.NoProxy, ProxyCAPEM: proxyCA,
 		})
 	case contract.SourceS3:
-		return source.NewS3(source.S3Config{URL: cfg.Endpoint, AccessKey: cfg.AccessKeyID, SecretKey: cfg.SecretKey, CAPEM: ca, InsecureSkipVerify: cfg.InsecureTLS})
+		return source.NewS3(source.S3Config{URL: cfg.Endpoint, AccessKey: cfg.AccessKeyID, SecretKey: cfg.SecretKey, CAPEM: ca, InsecureSkipVerify: cfg.InsecureTLS, ProxyCAPEM: proxyCA})
 	case contract.SourceRegistry:
-		return source.NewRegistry(source.RegistryConfig{URL: cfg.Endpoint, Username: cfg.AccessKeyID, Password: cfg.SecretKey, CAPEM: ca, InsecureSkipVerify: cfg.InsecureTLS, Architecture: cfg.RegistryArch})
+		return source.NewRegistry(source.RegistryConfig{URL: cfg.Endpoint, Username: cfg.AccessKeyID, Password: cfg.SecretKey, CAPEM: ca, InsecureSkipVerify: cfg.InsecureTLS, Architecture: cfg.RegistryArch,
+			HTTPProxy: cfg.HTTPProxy, HTTPSProxy: cfg.HTTPSProxy, NoProxy: cfg.NoProxy, ProxyCAPEM: proxyCA})
 	}
 	return nil, fmt.Errorf("unsupported source %q", cfg.Source)
 }

@@ -21,6 +21,12 @@ import (
 // prime → worker → rebind.
 type ImportKind struct {
 	Client client.Client
+	// Reader reads the import proxy's CA ConfigMap without a cache; nil
+	// uses Client.
+	Reader client.Reader
+	// Namespace is the controller's install namespace, where CDIConfig's
+	// importProxy.trustedCAProxy ConfigMap lives.
+	Namespace string
 	// Image is the container image holding the kubefill binary.
 	Image string
 	// PullPolicy is the importer image's pull policy.
@@ -148,7 +154,7 @@ func (k *ImportKind) metricsPort() int32 {
 
 // WorkerSpec implements Worker: the importer's container, its environment
 // (the worker contract), and the CA and secret-header volumes it names.
-func (k *ImportKind) WorkerSpec(_ context.Context, f *Flow, config *cdiv1.CDIConfig) (WorkerSpec, error) {
+func (k *ImportKind) WorkerSpec(ctx context.Context, f *Flow, config *cdiv1.CDIConfig) (WorkerSpec, error) {
 	ep, err := ResolveImportSource(f.Source.(*cdiv1.VolumeImportSource).Spec)
 	if err != nil {
 		return WorkerSpec{}, err
@@ -182,6 +188,22 @@ func (k *ImportKind) WorkerSpec(_ context.Context, f *Flow, config *cdiv1.CDICon
 			env = append(env, SecretEnv(k.PodName(prime), e, e))
 		}
 	}
+	if InsecureRegistry(ep.URL, config) {
+		env = append(env, corev1.EnvVar{Name: contract.EnvInsecureTLS, Value: "true"})
+	}
+	var proxyCA []byte
+	if ep.Source != contract.SourceNone {
+		// A blank image reaches nothing, as in CDI.
+		if proxyCA, err = k.proxyCA(ctx, config); err != nil {
+			return WorkerSpec{}, err
+		}
+	}
+	if proxyCA != nil {
+		if secret == nil {
+			secret = map[string][]byte{}
+		}
+		secret[proxyCAKey] = proxyCA
+	}
 	if ep.SecretRef != "" {
 		for name, key := range map[string]string{contract.EnvAccessKeyID: "accessKeyId", contract.EnvSecretKey: "secretKey"} {
 			env = append(env, corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
@@ -202,6 +224,14 @@ func (k *ImportKind) WorkerSpec(_ context.Context, f *Flow, config *cdiv1.CDICon
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: contract.CertVolumeName, MountPath: contract.CertDir, ReadOnly: true})
 		env = append(env, corev1.EnvVar{Name: contract.EnvCertDir, Value: contract.CertDir})
 	}
+	if proxyCA != nil {
+		// The ConfigMap is the install namespace's; the pod reads the
+		// copy in its worker Secret, which goes with it.
+		spec.Volumes = append(spec.Volumes, corev1.Volume{Name: contract.ProxyCertVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: WorkerSecretName(k.PodName(prime)), Items: []corev1.KeyToPath{{Key: proxyCAKey, Path: "ca.crt"}}}}})
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: contract.ProxyCertVolume, MountPath: contract.ProxyCertDir, ReadOnly: true})
+		env = append(env, corev1.EnvVar{Name: contract.EnvProxyCertDir, Value: contract.ProxyCertDir})
+	}
 	for i, secret := range ep.SecretExtraHeaders {
 		name := fmt.Sprintf("cdi-secret-extra-headers-vol-%d", i)
 		spec.Volumes = append(spec.Volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: secret}}})
@@ -212,6 +242,34 @@ func (k *ImportKind) WorkerSpec(_ context.Context, f *Flow, config *cdiv1.CDICon
 	}
 	c.Env = env
 	return spec, nil
+}
+
+// proxyCAKey is the worker Secret's key of the import proxy's CA bundle.
+const proxyCAKey = "proxy-ca.crt"
+
+// proxyCA reads the CA bundle of CDIConfig's importProxy.trustedCAProxy
+// ConfigMap in the install namespace; nil when CDIConfig names none.
+func (k *ImportKind) proxyCA(ctx context.Context, config *cdiv1.CDIConfig) ([]byte, error) {
+	name := TrustedCAProxy(config)
+	if name == "" {
+		return nil, nil
+	}
+	if k.Namespace == "" {
+		return nil, fmt.Errorf("CDIConfig importProxy.trustedCAProxy names ConfigMap %s, but the controller does not know its install namespace (set POD_NAMESPACE)", name)
+	}
+	r := k.Reader
+	if r == nil {
+		r = k.Client
+	}
+	cm := &corev1.ConfigMap{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: k.Namespace, Name: name}, cm); err != nil {
+		return nil, fmt.Errorf("reading the import proxy's CA ConfigMap %s/%s (CDIConfig importProxy.trustedCAProxy): %w", k.Namespace, name, err)
+	}
+	bundle := ProxyCABundle(cm)
+	if len(bundle) == 0 {
+		return nil, fmt.Errorf("the import proxy's CA ConfigMap %s/%s (CDIConfig importProxy.trustedCAProxy) is empty; put the CA certificates (PEM) under ca.crt", k.Namespace, name)
+	}
+	return bundle, nil
 }
 
 // importProxyEnv are the importer's proxy variables, in order; each is also

@@ -49,6 +49,7 @@ var serialTests = map[string]string{
 	"TestCloneBenchmark":     "times clones against cp on a quiet machine",
 	// Every worker pod started meanwhile would get its placement and pull secret.
 	"TestImporterPodPlacedByTheCDIResource": "sets the CDI resource's spec.workload and CDIConfig's imagePullSecrets",
+	"TestImportThroughInterceptingProxy":    "sets CDIConfig's importProxy, which every importer started meanwhile would use",
 }
 
 // aloneSubtests are the serial group's subtests of parallel tests, by the

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path"
 	"runtime"
@@ -22,6 +23,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
+	"golang.org/x/net/http/httpproxy"
 
 	"github.com/kubefill/kubefill/pkg/contract"
 )
@@ -35,6 +37,10 @@ type RegistryConfig struct {
 	Username, Password string
 	CAPEM              []byte
 	InsecureSkipVerify bool
+	// Proxy settings; empty leaves the environment's. NoProxy is a comma list.
+	HTTPProxy, HTTPSProxy, NoProxy string
+	// ProxyCAPEM holds the CA certificates of a TLS-intercepting proxy.
+	ProxyCAPEM []byte
 	// Architecture selects the platform from a multi-arch index (default:
 	// this binary's GOARCH); OS is always linux.
 	Architecture string
@@ -135,8 +141,15 @@ func (r *Registry) remoteLayers(ctx context.Context, ref string) ([]layerOpener,
 	if len(r.cfg.CAPEM) > 0 && !pool.AppendCertsFromPEM(r.cfg.CAPEM) {
 		return nil, errors.New("the custom CA bundle contains no valid PEM certificate")
 	}
+	if len(r.cfg.ProxyCAPEM) > 0 && !pool.AppendCertsFromPEM(r.cfg.ProxyCAPEM) {
+		return nil, errors.New("the proxy CA bundle contains no valid PEM certificate")
+	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, InsecureSkipVerify: r.cfg.InsecureSkipVerify} //nolint:gosec // explicit opt-in
+	if r.cfg.HTTPProxy != "" || r.cfg.HTTPSProxy != "" {
+		pf := (&httpproxy.Config{HTTPProxy: r.cfg.HTTPProxy, HTTPSProxy: r.cfg.HTTPSProxy, NoProxy: r.cfg.NoProxy}).ProxyFunc()
+		tr.Proxy = func(req *http.Request) (*url.URL, error) { return pf(req.URL) }
+	}
 	auth := authn.Anonymous
 	if r.cfg.Username != "" || r.cfg.Password != "" {
 		auth = &authn.Basic{Username: r.cfg.Username, Password: r.cfg.Password}

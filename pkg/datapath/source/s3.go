@@ -24,6 +24,9 @@ type S3Config struct {
 	CAPEM                []byte
 	InsecureSkipVerify   bool
 	Region               string
+	// ProxyCAPEM holds the CA certificates of a TLS-intercepting proxy
+	// (the proxy itself comes from the environment).
+	ProxyCAPEM []byte
 	// MaxRetries bounds the client's retries of failed requests (default 10).
 	MaxRetries int
 }
@@ -71,6 +74,9 @@ func NewS3(cfg S3Config) (*S3, error) {
 	}
 	if len(cfg.CAPEM) > 0 && !pool.AppendCertsFromPEM(cfg.CAPEM) {
 		return nil, errors.New("the custom CA bundle contains no valid PEM certificate")
+	}
+	if len(cfg.ProxyCAPEM) > 0 && !pool.AppendCertsFromPEM(cfg.ProxyCAPEM) {
+		return nil, errors.New("the proxy CA bundle contains no valid PEM certificate")
 	}
 	tr := &http.Transport{
 		Proxy:              http.ProxyFromEnvironment,
