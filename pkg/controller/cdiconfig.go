@@ -200,6 +200,13 @@ func ConfigSpecFromCDI(cdis []cdiv1.CDI) (spec cdiv1.CDIConfigSpec, authoritativ
 	return spec, true, nil
 }
 
+// DefaultCDIConfigSpec is the spec of a CDIConfig Kubefill creates with no
+// CDI resource to copy one from: the spec.config of the CDI resource CDI's
+// release ships, which honours WaitForFirstConsumer.
+func DefaultCDIConfigSpec() cdiv1.CDIConfigSpec {
+	return cdiv1.CDIConfigSpec{FeatureGates: []string{cdiv1.FeatureGateHonorWaitForFirstConsumer}}
+}
+
 // CDIConfigReconciler creates the singleton CDIConfig "config" when it is
 // absent and keeps its status: the values in force for every consumer.
 type CDIConfigReconciler struct {
@@ -266,6 +273,8 @@ func (r *CDIConfigReconciler) Reconcile(ctx context.Context, _ reconcile.Request
 		}}
 		if authoritative {
 			config.Spec = cdiSpec
+		} else {
+			config.Spec = DefaultCDIConfigSpec()
 		}
 		if err := r.Client.Create(ctx, config); err != nil {
 			if apierrors.IsAlreadyExists(err) {

@@ -137,12 +137,20 @@ func (r *DataVolumeReconciler) reconcileClaim(ctx context.Context, dv *cdiv1.Dat
 	kind := kindOf(dv)
 	if err == nil {
 		if metav1.IsControlledBy(pvc, dv) {
+			if pvc.Annotations[cdiv1.AnnPrePopulated] == dv.Name {
+				// Adopted already filled: nothing is imported or cloned into it.
+				return r.viewOf(ctx, pvc)
+			}
 			if kind != nil && kind.clone {
 				return r.cloneClaimView(ctx, dv, pvc)
 			}
 			return r.viewOf(ctx, pvc)
 		}
 		return r.adopt(ctx, dv, pvc)
+	}
+	if cdiv1.DataVolumePrePopulated(dv) {
+		// As in CDI, the claim comes from elsewhere (a restore): wait for it.
+		return ClaimView{}, nil
 	}
 
 	if kind == nil {
@@ -173,6 +181,14 @@ func (r *DataVolumeReconciler) reconcileClaim(ctx context.Context, dv *cdiv1.Dat
 // view says why there is none, or the next reconcile will see it.
 func (r *DataVolumeReconciler) createClaim(ctx context.Context, dv *cdiv1.DataVolume, kind *sourceKind, spec *corev1.PersistentVolumeClaimSpec,
 	annotations map[string]string, className string) (*corev1.PersistentVolumeClaim, ClaimView, error) {
+	config, err := r.cdiConfig(ctx)
+	if err != nil {
+		return nil, ClaimView{}, err
+	}
+	if !cdiv1.HonorsWaitForFirstConsumer(config) && !cdiv1.ImmediateBindingRequested(&metav1.ObjectMeta{Annotations: annotations}) {
+		// CDI's gate-off path: every new claim binds at once.
+		annotations[cdiv1.AnnImmediateBinding] = ""
+	}
 	spec.DataSource = nil
 	spec.DataSourceRef = &corev1.TypedObjectReference{APIGroup: ptr.To(cdiv1.GroupName), Kind: kind.ref, Name: kind.sourceName(dv)}
 	pvc := &corev1.PersistentVolumeClaim{
@@ -211,21 +227,32 @@ func (r *DataVolumeReconciler) createClaim(ctx context.Context, dv *cdiv1.DataVo
 }
 
 // adopt handles a claim of the DataVolume's name that it does not own. As in
-// CDI it is taken over only when adoption is asked for; then it counts as
-// already populated.
+// CDI it is taken over only when it was populated for this DataVolume (a
+// restored claim) or adoption is allowed (the annotation, else the
+// DataVolumeClaimAdoption gate), and never from another controller; then it
+// counts as already populated, and nothing is imported or cloned into it.
 func (r *DataVolumeReconciler) adopt(ctx context.Context, dv *cdiv1.DataVolume, pvc *corev1.PersistentVolumeClaim) (ClaimView, error) {
-	if dv.Annotations[cdiv1.AnnAllowClaimAdoption] != "true" {
+	config, err := r.cdiConfig(ctx)
+	if err != nil {
+		return ClaimView{}, err
+	}
+	if !cdiv1.ClaimMayExistBeforeDataVolume(pvc, dv, cdiv1.FeatureGateEnabled(config, cdiv1.FeatureGateDataVolumeClaimAdoption)) {
 		msg := fmt.Sprintf("PVC %s already exists and is not owned by this DataVolume; annotate the DataVolume with %s=true to adopt it", pvc.Name, cdiv1.AnnAllowClaimAdoption)
 		r.event(dv, corev1.EventTypeWarning, "ErrClaimExists", "AdoptClaim", msg)
-		return ClaimView{Claim: nil, Problem: msg, ProblemReason: "ErrClaimExists"}, nil
+		return ClaimView{Problem: msg, ProblemReason: "ErrClaimExists"}, nil
 	}
 	if owner := metav1.GetControllerOf(pvc); owner != nil {
 		msg := fmt.Sprintf("PVC %s is controlled by %s %s and cannot be adopted", pvc.Name, owner.Kind, owner.Name)
+		r.event(dv, corev1.EventTypeWarning, "ErrClaimExists", "AdoptClaim", msg)
 		return ClaimView{Problem: msg, ProblemReason: "ErrClaimExists"}, nil
+	}
+	if pvc.DeletionTimestamp != nil {
+		msg := fmt.Sprintf("PVC %s is being deleted", pvc.Name)
+		return ClaimView{Problem: msg, ProblemReason: "ErrResourceMarkedForDeletion"}, nil
 	}
 	patch := client.MergeFrom(pvc.DeepCopy())
 	if err := controllerutil.SetControllerReference(dv, pvc, r.Client.Scheme()); err != nil {
-		return ClaimView{}, err
+		return ClaimView{}, fmt.Errorf("owning claim %s: %w", pvc.Name, err)
 	}
 	if pvc.Annotations == nil {
 		pvc.Annotations = map[string]string{}
@@ -234,8 +261,31 @@ func (r *DataVolumeReconciler) adopt(ctx context.Context, dv *cdiv1.DataVolume, 
 	if err := r.Client.Patch(ctx, pvc, patch); err != nil {
 		return ClaimView{}, fmt.Errorf("adopting claim %s: %w", pvc.Name, err)
 	}
+	if _, marked := dv.Annotations[cdiv1.AnnPrePopulated]; !marked && cdiv1.ClaimPopulatedFor(pvc, dv.Name) {
+		// As CDI marks a DataVolume over a restored claim.
+		dvPatch := client.MergeFrom(dv.DeepCopy())
+		if dv.Annotations == nil {
+			dv.Annotations = map[string]string{}
+		}
+		dv.Annotations[cdiv1.AnnPrePopulated] = pvc.Name
+		if err := r.Client.Patch(ctx, dv, dvPatch); err != nil {
+			return ClaimView{}, fmt.Errorf("marking DataVolume %s pre-populated: %w", dv.Name, err)
+		}
+	}
 	r.event(dv, corev1.EventTypeNormal, "ClaimAdopted", "AdoptClaim", fmt.Sprintf("adopted existing PVC %s as already populated", pvc.Name))
 	return r.viewOf(ctx, pvc)
+}
+
+// cdiConfig reads the CDIConfig singleton; nil while there is none.
+func (r *DataVolumeReconciler) cdiConfig(ctx context.Context) (*cdiv1.CDIConfig, error) {
+	config := &cdiv1.CDIConfig{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: cdiv1.CDIConfigName}, config); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading CDIConfig: %w", err)
+	}
+	return config, nil
 }
 
 // viewOf completes a ClaimView: whether the claim waits for a consumer.
@@ -248,7 +298,11 @@ func (r *DataVolumeReconciler) viewOf(ctx context.Context, pvc *corev1.Persisten
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: *pvc.Spec.StorageClassName}, sc); err != nil {
 		return view, client.IgnoreNotFound(err)
 	}
-	view.WaitsForConsumer = populators.WaitsForConsumer(pvc, sc)
+	config, err := r.cdiConfig(ctx)
+	if err != nil {
+		return view, err
+	}
+	view.WaitsForConsumer = populators.WaitsForConsumer(pvc, sc, cdiv1.HonorsWaitForFirstConsumer(config))
 	return view, nil
 }
 

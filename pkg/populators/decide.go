@@ -64,15 +64,17 @@ func UnsupportedClass(sc *storagev1.StorageClass) string {
 
 // WaitsForConsumer reports whether target must wait for the scheduler to
 // pick a node before its prime may be created: the class binds on first
-// consumer, no node is chosen yet, and immediate binding was not requested.
-func WaitsForConsumer(target *corev1.PersistentVolumeClaim, sc *storagev1.StorageClass) bool {
+// consumer, no node is chosen yet, CDIConfig honours WaitForFirstConsumer
+// (honorGate, cdiv1.HonorsWaitForFirstConsumer) and the claim does not ask
+// for immediate binding (cdiv1.ImmediateBindingRequested, any value).
+func WaitsForConsumer(target *corev1.PersistentVolumeClaim, sc *storagev1.StorageClass, honorGate bool) bool {
 	if sc.VolumeBindingMode == nil || *sc.VolumeBindingMode != storagev1.VolumeBindingWaitForFirstConsumer {
 		return false
 	}
 	if target.Annotations[cdiv1.AnnSelectedNode] != "" {
 		return false
 	}
-	return target.Annotations[cdiv1.AnnImmediateBinding] != "true"
+	return honorGate && !cdiv1.ImmediateBindingRequested(target)
 }
 
 // NewPrime renders the PVC-prime for target: same access modes, volume mode,

@@ -64,19 +64,24 @@ func TestWaitsForConsumer(t *testing.T) {
 	wffc := &storagev1.StorageClass{VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer)}
 	immediate := &storagev1.StorageClass{VolumeBindingMode: ptr.To(storagev1.VolumeBindingImmediate)}
 	cases := []struct {
-		name string
-		sc   *storagev1.StorageClass
-		ann  map[string]string
-		want bool
+		name  string
+		sc    *storagev1.StorageClass
+		ann   map[string]string
+		honor bool
+		want  bool
 	}{
-		{"immediate class", immediate, nil, false},
-		{"unset mode is immediate", &storagev1.StorageClass{}, nil, false},
-		{"wffc, no node", wffc, nil, true},
-		{"wffc, node chosen", wffc, map[string]string{cdiv1.AnnSelectedNode: "node-1"}, false},
-		{"wffc, immediate requested", wffc, map[string]string{cdiv1.AnnImmediateBinding: "true"}, false},
+		{"immediate class", immediate, nil, true, false},
+		{"unset mode is immediate", &storagev1.StorageClass{}, nil, true, false},
+		{"wffc, no node", wffc, nil, true, true},
+		{"wffc, node chosen", wffc, map[string]string{cdiv1.AnnSelectedNode: "node-1"}, true, false},
+		{"wffc, immediate requested", wffc, map[string]string{cdiv1.AnnImmediateBinding: "true"}, true, false},
+		{"wffc, immediate requested with no value (virtctl --force-bind)", wffc, map[string]string{cdiv1.AnnImmediateBinding: ""}, true, false},
+		{"wffc, immediate requested with false: presence counts", wffc, map[string]string{cdiv1.AnnImmediateBinding: "false"}, true, false},
+		{"wffc, HonorWaitForFirstConsumer gate off", wffc, nil, false, false},
+		{"immediate class, gate off", immediate, nil, false, false},
 	}
 	for _, c := range cases {
-		if got := WaitsForConsumer(claim(nil, c.ann), c.sc); got != c.want {
+		if got := WaitsForConsumer(claim(nil, c.ann), c.sc, c.honor); got != c.want {
 			t.Errorf("%s: WaitsForConsumer = %v, want %v", c.name, got, c.want)
 		}
 	}

@@ -370,7 +370,14 @@ func (r *Reconciler) checkPrerequisites(ctx context.Context, target *corev1.Pers
 			cdiv1.AnnRunningCondition: "false", cdiv1.AnnRunningConditionReason: "UnsupportedStorageClass", cdiv1.AnnRunningConditionMessage: msg,
 		})
 	}
-	if WaitsForConsumer(target, sc) {
+	config := &cdiv1.CDIConfig{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: cdiv1.CDIConfigName}, config); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return false, 0, fmt.Errorf("reading CDIConfig for its feature gates: %w", err)
+		}
+		config = nil
+	}
+	if WaitsForConsumer(target, sc, cdiv1.HonorsWaitForFirstConsumer(config)) {
 		// Watching the target brings us back when the scheduler picks a node.
 		return false, 0, nil
 	}

@@ -156,6 +156,14 @@ func (m *DataVolumeMutator) Admit(ctx context.Context, req *admissionv1.Admissio
 			src, err = &ds, nil
 		}
 	}
+	// As in CDI, a pre-populated DataVolume (a restore) clones nothing: its
+	// controller creates no claim and only adopts one of its own namespace.
+	// It gets a token if its user may clone the source, and is let in
+	// without one if the source is gone or the user may not.
+	prePopulated := cdiv1.DataVolumePrePopulated(&dv)
+	if err != nil && prePopulated && apierrors.IsNotFound(err) {
+		return annotationResponse(dv.Annotations, nil, stripped)
+	}
 	if err != nil {
 		return badRequest(err.Error())
 	}
@@ -176,6 +184,9 @@ func (m *DataVolumeMutator) Admit(ctx context.Context, req *admissionv1.Admissio
 	requester, ok, reason, err := m.authorizeClone(ctx, req, &dv, *src)
 	if err != nil {
 		return internalError(err)
+	}
+	if !ok && prePopulated {
+		return annotationResponse(dv.Annotations, nil, stripped)
 	}
 	if !ok {
 		return forbidden(reason)

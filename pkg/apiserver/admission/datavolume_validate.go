@@ -464,8 +464,22 @@ func (v *DataVolumeValidator) Admit(ctx context.Context, req *admissionv1.Admiss
 		case err == nil:
 			owner := metav1.GetControllerOf(&pvc)
 			_, prePopulated := pvc.Annotations[cdiv1.AnnPrePopulated]
-			if pvc.Annotations[cdiv1.AnnPopulatedFor] == name || prePopulated {
-				// A claim filled ahead of time for this DataVolume is adopted.
+			if prePopulated {
+				// A claim Kubefill adopted before, whose DataVolume is made again.
+				break
+			}
+			config := &cdiv1.CDIConfig{}
+			if err := v.Client.Get(ctx, types.NamespacedName{Name: cdiv1.CDIConfigName}, config); err != nil {
+				if !apierrors.IsNotFound(err) {
+					return internalError(fmt.Errorf("reading CDIConfig for its feature gates: %w", err))
+				}
+				config = nil
+			}
+			named := dv.DeepCopy()
+			named.Name = name
+			if cdiv1.ClaimMayExistBeforeDataVolume(&pvc, named, cdiv1.FeatureGateEnabled(config, cdiv1.FeatureGateDataVolumeClaimAdoption)) {
+				// A claim filled ahead of time for this DataVolume, or one it
+				// may adopt; the controller refuses one another controller owns.
 				break
 			}
 			if owner == nil || owner.Kind != "DataVolume" || owner.APIVersion != cdiv1.SchemeGroupVersion.String() {

@@ -36,6 +36,18 @@ const (
 	AnnOwnerUID = annPrefix + "ownerUID"
 )
 
+// CDIConfig spec.featureGates that Kubefill reads. As in CDI, a gate is on
+// only when its name is listed.
+const (
+	// FeatureGateHonorWaitForFirstConsumer: claims on a WaitForFirstConsumer
+	// class wait for their consumer. Without it every new claim is bound at
+	// once (AnnImmediateBinding). CDI's release CDI resource lists it.
+	FeatureGateHonorWaitForFirstConsumer = "HonorWaitForFirstConsumer"
+	// FeatureGateDataVolumeClaimAdoption: a DataVolume without
+	// AnnAllowClaimAdoption adopts an existing claim of its name.
+	FeatureGateDataVolumeClaimAdoption = "DataVolumeClaimAdoption"
+)
+
 // Worker pod state, mirrored onto the claim.
 const (
 	AnnPodPhase                 = annPrefix + "storage.pod.phase"
