@@ -60,7 +60,7 @@ func newControllerCommand() *cobra.Command {
 	flags.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect a leader so that only one replica reconciles at a time")
 	flags.StringVar(&opts.LeaderElectionNS, "leader-election-namespace", "", "namespace of the leader-election lease (default: the pod's namespace)")
 	flags.StringVar(&opts.WorkerImage, "worker-image", contract.DefaultImage, "image holding the kubefill binary that worker pods (importer, upload server) run")
-	flags.StringVar((*string)(&opts.WorkerPullPolicy), "worker-pull-policy", string(corev1.PullIfNotPresent), "pull policy of the worker image")
+	flags.StringVar((*string)(&opts.WorkerPullPolicy), "worker-pull-policy", string(corev1.PullIfNotPresent), "pull policy of the worker image, unless the CDI resource sets spec.imagePullPolicy")
 	flags.StringVar(&opts.InstallNamespace, "install-namespace", "", "namespace holding Kubefill's own objects such as the upload CAs (default: $POD_NAMESPACE)")
 	flags.StringVar(&opts.TokenKeyDir, "token-key-dir", "", "directory of the API server's mounted signing key Secret (id_rsa.pub), which clone tokens are checked with (default: read Secret --token-key-secret from the install namespace)")
 	flags.StringVar(&opts.TokenKeySecret, "token-key-secret", "", "the API server's signing key Secret in the install namespace, read when --token-key-dir is empty (default kubefill-api-signing-key)")

@@ -29,6 +29,7 @@ import (
 
 	"github.com/kubefill/kubefill/pkg/apiserver/admission"
 	"github.com/kubefill/kubefill/pkg/certs"
+	"github.com/kubefill/kubefill/pkg/controller"
 	"github.com/kubefill/kubefill/pkg/populators"
 	"github.com/kubefill/kubefill/pkg/token"
 	"github.com/kubefill/kubefill/pkg/uploadproxy"
@@ -554,12 +555,35 @@ func TestInstallManifestsAreConsistent(t *testing.T) {
 		}
 	}
 	// The apiserver may read and update only its signing key Secret by name.
+	// The controller may patch exactly the Deployments CDI.spec.infra places,
+	// which are the manifests'.
+	names := map[string]bool{}
+	for _, d := range deployments {
+		names[d.Name] = true
+	}
+	for _, name := range controller.InfraDeploymentNames {
+		if !names[name] {
+			t.Errorf("the CDI controller places Deployment %s, which is not in the manifests", name)
+		}
+	}
+	var patchable []string
 	for _, r := range decodeAll[rbacv1.Role](t, docs, "Role") {
 		for _, rule := range r.Rules {
 			if slices.Contains(rule.Resources, "secrets") && len(rule.ResourceNames) > 0 && !slices.Contains(rule.ResourceNames, token.DefaultSigningKeySecretName) {
 				t.Errorf("Role %s names Secrets %v, not %s", r.Name, rule.ResourceNames, token.DefaultSigningKeySecretName)
 			}
+			if slices.Contains(rule.Resources, "deployments") && slices.ContainsFunc(rule.Verbs, func(v string) bool { return v != "get" && v != "list" && v != "watch" }) {
+				if len(rule.ResourceNames) == 0 {
+					t.Errorf("Role %s may %v every Deployment, want only %v by name", r.Name, rule.Verbs, controller.InfraDeploymentNames)
+				}
+				patchable = append(patchable, rule.ResourceNames...)
+			}
 		}
+	}
+	slices.Sort(patchable)
+	wantPatchable := slices.Sorted(slices.Values(controller.InfraDeploymentNames))
+	if !slices.Equal(patchable, wantPatchable) {
+		t.Errorf("Roles may write Deployments %v, want exactly %v", patchable, wantPatchable)
 	}
 }
 

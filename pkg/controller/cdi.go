@@ -179,7 +179,9 @@ var InstallComponentSelector = client.MatchingLabels{cdiv1.LabelAppName: "kubefi
 // CDI resource is honoured (the first, which claims ConfigMap cdi-config in
 // the install namespace), its phase, conditions and versions follow the
 // install namespace's Deployments, and it becomes the CDIConfig's authority
-// (cdi.kubevirt.io/configAuthority). It installs nothing: the manifests do.
+// (cdi.kubevirt.io/configAuthority). It installs nothing, the manifests do,
+// but it places the install's Deployments as the honoured resource's
+// spec.infra, priorityClass and imagePullPolicy ask (PlaceDeployment).
 type CDIReconciler struct {
 	Client client.Client
 	// Reader reads the claim ConfigMap uncached (ConfigMaps are not cached).
@@ -252,6 +254,12 @@ func (r *CDIReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 	}
 	if honoured && cr.Status.Phase != cdiv1.CDIPhaseError {
 		if done, err := r.prepare(ctx, cr); err != nil || done {
+			return reconcile.Result{}, err
+		}
+		if err := r.placeInfra(ctx, r.infraWant(ctx, cr)); err != nil {
+			if apierrors.IsConflict(err) {
+				return reconcile.Result{RequeueAfter: conflictRetry}, nil
+			}
 			return reconcile.Result{}, err
 		}
 	}
@@ -389,12 +397,24 @@ func (r *CDIReconciler) prepare(ctx context.Context, cr *cdiv1.CDI) (bool, error
 	return true, nil
 }
 
-// finish handles a CDI resource being deleted: phase Deleting, then
-// Deleted, and the finalizer goes. The install stays (the manifests own it);
+// finish handles a CDI resource being deleted: the install's Deployments
+// get the manifests' placement back if it was the honoured one, the phase
+// goes to Deleting, then Deleted, and the finalizer goes. The install stays (the manifests own it);
 // its claim ConfigMap goes with its owner.
 func (r *CDIReconciler) finish(ctx context.Context, cr *cdiv1.CDI) error {
 	if !slices.Contains(cr.Finalizers, cdiv1.FinalizerCDIOperator) {
 		return nil
+	}
+	cm := &corev1.ConfigMap{}
+	err := r.Reader.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: cdiv1.CDIOperatorConfigMap}, cm)
+	if client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("reading ConfigMap %s/%s: %w", r.Namespace, cdiv1.CDIOperatorConfigMap, err)
+	}
+	if err == nil && metav1.IsControlledBy(cm, cr) {
+		// The honoured resource goes: the Deployments get the manifests' values back.
+		if err := r.placeInfra(ctx, InfraWant{}); err != nil {
+			return err
+		}
 	}
 	for _, phase := range []cdiv1.CDIPhase{cdiv1.CDIPhaseDeleting, cdiv1.CDIPhaseDeleted} {
 		if cr.Status.Phase == phase {

@@ -68,7 +68,8 @@ type DataImportCronReconciler struct {
 	Recorder events.EventRecorder
 	// Namespace is the install namespace, where the poller CronJobs run.
 	Namespace string
-	// Image and PullPolicy are the kubefill image the poller runs.
+	// Image and PullPolicy are the kubefill image the poller runs; the CDI
+	// resource's spec.imagePullPolicy wins over PullPolicy.
 	Image      string
 	PullPolicy corev1.PullPolicy
 	// ServiceAccount runs the poller (default DefaultPollerServiceAccount).
@@ -443,6 +444,9 @@ func (r *DataImportCronReconciler) pollerSpec(ctx context.Context, cron *cdiv1.D
 		return p, fmt.Errorf("placing the poller of DataImportCron %s/%s: %w", cron.Namespace, cron.Name, err)
 	}
 	p.Placement = placement
+	if p.PullPolicy, err = populators.ReadWorkerPullPolicy(ctx, r.Client, r.PullPolicy); err != nil {
+		return p, fmt.Errorf("choosing the pull policy of DataImportCron %s/%s's poller: %w", cron.Namespace, cron.Name, err)
+	}
 	config := &cdiv1.CDIConfig{}
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: cdiv1.CDIConfigName}, config); err != nil {
 		if !apierrors.IsNotFound(err) {

@@ -108,7 +108,9 @@ type WorkerPhase struct {
 	Worker Worker
 	// Image is the container image holding the kubefill binary; empty is
 	// contract.DefaultImage.
-	Image      string
+	Image string
+	// PullPolicy is the image's pull policy unless the CDI resource's
+	// spec.imagePullPolicy says otherwise.
 	PullPolicy corev1.PullPolicy
 	Retry      RetryPolicy
 	// StateKey tells apart the attempts of several workers on one prime (a
@@ -154,6 +156,10 @@ func (w *WorkerPhase) Reconcile(ctx context.Context, f *Flow) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	pull, err := ReadWorkerPullPolicy(ctx, w.Client, w.PullPolicy)
+	if err != nil {
+		return Result{}, err
+	}
 	spec, err := w.Worker.WorkerSpec(ctx, f, config)
 	if err != nil {
 		return Result{}, err
@@ -161,7 +167,7 @@ func (w *WorkerPhase) Reconcile(ctx context.Context, f *Flow) (Result, error) {
 	if err := w.writeSecret(ctx, f, name, spec); err != nil {
 		return Result{}, err
 	}
-	pod = w.render(f, name, spec, config, placement)
+	pod = w.render(f, name, spec, config, placement, pull)
 	restarts := int32(max(st.Attempts-1, 0))
 	lost := workerLost(st)
 	if err := w.Client.Create(ctx, pod); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -241,7 +247,7 @@ func (w *WorkerPhase) observe(ctx context.Context, f *Flow, pod *corev1.Pod, st 
 // labels, the prime's network and mesh annotations, the target as owner,
 // the priority class, the CDI resource's placement, and no restarts (the
 // phase decides retries).
-func (w *WorkerPhase) render(f *Flow, name string, spec WorkerSpec, config *cdiv1.CDIConfig, placement cdiv1.NodePlacement) *corev1.Pod {
+func (w *WorkerPhase) render(f *Flow, name string, spec WorkerSpec, config *cdiv1.CDIConfig, placement cdiv1.NodePlacement, pull corev1.PullPolicy) *corev1.Pod {
 	target, prime := f.Target, f.Prime
 	size := prime.Spec.Resources.Requests[corev1.ResourceStorage]
 	c := spec.Container
@@ -249,7 +255,7 @@ func (w *WorkerPhase) render(f *Flow, name string, spec WorkerSpec, config *cdiv
 	if c.Image == "" {
 		c.Image = contract.DefaultImage
 	}
-	c.ImagePullPolicy = w.PullPolicy
+	c.ImagePullPolicy = pull
 	c.TerminationMessagePath = corev1.TerminationMessagePathDefault
 	c.TerminationMessagePolicy = corev1.TerminationMessageReadFile
 	// What Pod Security's "restricted" profile asks: workers need no

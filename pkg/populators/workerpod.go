@@ -33,6 +33,27 @@ func ReadWorkloadPlacement(ctx context.Context, c client.Reader) (cdiv1.NodePlac
 	return WorkloadPlacement(cdis.Items), nil
 }
 
+// WorkerPullPolicy is the worker image's pull policy: the active CDI
+// resource's spec.imagePullPolicy, which CDI's operator gives every
+// component and, through its controller, the worker pods; else fallback
+// (the controller's --worker-pull-policy). Pure.
+func WorkerPullPolicy(cdis []cdiv1.CDI, fallback corev1.PullPolicy) corev1.PullPolicy {
+	if active := certs.ActiveCDI(cdis); active != nil && active.Spec.ImagePullPolicy != "" {
+		return active.Spec.ImagePullPolicy
+	}
+	return fallback
+}
+
+// ReadWorkerPullPolicy lists the CDI resources and returns their
+// WorkerPullPolicy.
+func ReadWorkerPullPolicy(ctx context.Context, c client.Reader, fallback corev1.PullPolicy) (corev1.PullPolicy, error) {
+	cdis := &cdiv1.CDIList{}
+	if err := c.List(ctx, cdis); err != nil {
+		return "", fmt.Errorf("reading the CDI resource's image pull policy: %w", err)
+	}
+	return WorkerPullPolicy(cdis.Items, fallback), nil
+}
+
 // workerPodAnnotationDefaults are the claim annotations a worker pod
 // carries, each with its value where the claim gives none: worker pods
 // stay out of Istio and Linkerd meshes unless the user asks for a sidecar,

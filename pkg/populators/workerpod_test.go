@@ -52,6 +52,29 @@ func TestWorkloadPlacement(t *testing.T) {
 	}
 }
 
+func TestWorkerPullPolicy(t *testing.T) {
+	at := func(sec int) metav1.Time { return metav1.NewTime(time.Unix(int64(1000+sec), 0)) }
+	cdi := func(name string, created metav1.Time, phase cdiv1.CDIPhase, pull corev1.PullPolicy) cdiv1.CDI {
+		return cdiv1.CDI{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: created}, Spec: cdiv1.CDISpec{ImagePullPolicy: pull}, Status: cdiv1.CDIStatus{Phase: phase}}
+	}
+	cases := []struct {
+		name string
+		cdis []cdiv1.CDI
+		want corev1.PullPolicy
+	}{
+		{"no CDI resource: the flag's", nil, corev1.PullIfNotPresent},
+		{"a CDI resource without one: the flag's", []cdiv1.CDI{cdi("cdi", at(0), "Deployed", "")}, corev1.PullIfNotPresent},
+		{"the CDI resource's wins", []cdiv1.CDI{cdi("cdi", at(0), "Deployed", corev1.PullAlways)}, corev1.PullAlways},
+		{"one in phase Error does not count", []cdiv1.CDI{cdi("a", at(0), "Error", corev1.PullNever), cdi("b", at(5), "Deployed", "")}, corev1.PullIfNotPresent},
+		{"of two active, the oldest", []cdiv1.CDI{cdi("new", at(5), "Deployed", corev1.PullAlways), cdi("old", at(0), "Deployed", corev1.PullNever)}, corev1.PullNever},
+	}
+	for _, c := range cases {
+		if got := WorkerPullPolicy(c.cdis, corev1.PullIfNotPresent); got != c.want {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
 func TestWorkerPodAnnotations(t *testing.T) {
 	optOut := map[string]string{cdiv1.AnnPodSidecarInjectionIstio: "false", cdiv1.AnnPodSidecarInjectionLinkerd: "disabled"}
 	cases := []struct {

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -45,7 +46,8 @@ func TestWorkerPodsFollowTheCDIResourceAndCDIConfig(t *testing.T) {
 		Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
 			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}}}}}}},
 	}
-	mustCreate(t, c, &cdiv1.CDI{ObjectMeta: metav1.ObjectMeta{Name: "cdi"}, Spec: cdiv1.CDISpec{Workloads: *workload.DeepCopy()}})
+	// spec.imagePullPolicy wins over the manager's WorkerPullPolicy (unset here).
+	mustCreate(t, c, &cdiv1.CDI{ObjectMeta: metav1.ObjectMeta{Name: "cdi"}, Spec: cdiv1.CDISpec{Workloads: *workload.DeepCopy(), ImagePullPolicy: corev1.PullNever}})
 	pull := []corev1.LocalObjectReference{{Name: "mirror-pull"}}
 	mustCreate(t, c, &cdiv1.CDIConfig{ObjectMeta: metav1.ObjectMeta{Name: cdiv1.CDIConfigName}, Spec: cdiv1.CDIConfigSpec{ImagePullSecrets: pull}})
 	className := "csi"
@@ -73,6 +75,11 @@ func TestWorkerPodsFollowTheCDIResourceAndCDIConfig(t *testing.T) {
 		got := cdiv1.NodePlacement{NodeSelector: pod.NodeSelector, Affinity: pod.Affinity, Tolerations: withoutDefaultTolerations(pod.Tolerations)}
 		if !equality.Semantic.DeepEqual(got, workload) {
 			t.Errorf("%s placement %+v, want the CDI resource's spec.workload %+v", what, got, workload)
+		}
+		for _, ctr := range append(slices.Clone(pod.InitContainers), pod.Containers...) {
+			if ctr.ImagePullPolicy != corev1.PullNever {
+				t.Errorf("%s container %s imagePullPolicy %q, want the CDI resource's Never", what, ctr.Name, ctr.ImagePullPolicy)
+			}
 		}
 		if !equality.Semantic.DeepEqual(pod.ImagePullSecrets, pull) {
 			t.Errorf("%s imagePullSecrets %v, want CDIConfig's %v", what, pod.ImagePullSecrets, pull)

@@ -279,4 +279,12 @@ const (
 	CDIOperatorConfigMap = "cdi-config"
 	// LabelCDIOperator marks that ConfigMap, as CDI's operator does.
 	LabelCDIOperator = "operator.cdi.kubevirt.io"
+	// DefaultInfraPriorityClass is the control plane's priority class when
+	// the CDI resource names none and the class exists (KubeVirt makes it).
+	DefaultInfraPriorityClass = "kubevirt-cluster-critical"
+	// AnnManifestPlacement is Kubefill's own: on an install Deployment whose
+	// pod placement, replicas, priority class or pull policy the CDI
+	// resource changed, the manifest's values of those fields (JSON), put
+	// back once the CDI resource no longer sets them.
+	AnnManifestPlacement = "kubefill.io/manifest-placement"
 )
