@@ -41,7 +41,7 @@ func newHostClonePhase(r *run) *hostClonePhase {
 	// of the clone client signer (CloneClients) with the clone's name,
 	// computed here from the target and its VolumeCloneSource, never read
 	// back from the prime (which may sit in a namespace its users edit).
-	server := &populators.UploadServer{Client: k.Client, NoProgress: true, ClientName: cloneClientName}
+	server := &populators.UploadServer{Client: k.Client, NoProgress: true, NoScratch: true, ClientName: cloneClientName}
 	upload := populators.UploadServerPhase(server, k.Image, k.PullPolicy)
 	upload.StateKey = "upload"
 	return &hostClonePhase{
@@ -365,8 +365,7 @@ func (w *sourceWorker) WorkerSpec(ctx context.Context, f *populators.Flow, confi
 			Items: []corev1.DownwardAPIVolumeFile{{Path: path.Base(contract.CloneUploadAddressFile),
 				FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations['" + annUploadAddress + "']"}}},
 		}}}},
-		Data:      &populators.DataClaim{Name: src.Name, Block: block, MountPath: sourceMountPoint, ReadOnly: true},
-		NoScratch: true,
+		Data: &populators.DataClaim{Name: src.Name, Block: block, MountPath: sourceMountPoint, ReadOnly: true},
 	}, nil
 }
 

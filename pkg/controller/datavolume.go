@@ -437,7 +437,7 @@ func claimLabels(dv *cdiv1.DataVolume) map[string]string {
 // them, which the prime copies in turn.
 func claimAnnotations(dv *cdiv1.DataVolume) map[string]string {
 	ann := map[string]string{}
-	for _, key := range append([]string{cdiv1.AnnImmediateBinding, cdiv1.AnnPodRetainAfterCompletion}, populators.WorkerPodAnnotationKeys...) {
+	for _, key := range append([]string{cdiv1.AnnImmediateBinding, cdiv1.AnnPodRetainAfterCompletion, cdiv1.AnnRequiresScratch}, populators.WorkerPodAnnotationKeys...) {
 		if v, ok := dv.Annotations[key]; ok {
 			ann[key] = v
 		}

@@ -54,7 +54,7 @@ type readerWorker struct{ block bool }
 func (readerWorker) PodName(*corev1.PersistentVolumeClaim) string { return "reader" }
 func (w readerWorker) WorkerSpec(context.Context, *Flow, *cdiv1.CDIConfig) (WorkerSpec, error) {
 	return WorkerSpec{Component: "reader", Noun: "reader pod", Container: corev1.Container{Name: "r"},
-		Data: &DataClaim{Name: "golden", Block: w.block, MountPath: "/src", ReadOnly: true}, NoScratch: true}, nil
+		Data: &DataClaim{Name: "golden", Block: w.block, MountPath: "/src", ReadOnly: true}}, nil
 }
 func (readerWorker) Observe(context.Context, *Flow, *corev1.Pod, *Result) error { return nil }
 

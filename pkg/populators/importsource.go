@@ -211,7 +211,9 @@ func (k *ImportKind) WorkerSpec(ctx context.Context, f *Flow, config *cdiv1.CDIC
 		}
 	}
 	port := k.metricsPort()
-	spec := WorkerSpec{Component: "importer", Noun: "importer pod", SecretData: secret, Container: corev1.Container{
+	scratch := &ScratchInput{Worker: ScratchImporter, Source: ep.Source, ContentType: prime.Annotations[cdiv1.AnnContentType],
+		Annotations: []map[string]string{f.Target.Annotations, prime.Annotations}}
+	spec := WorkerSpec{Component: "importer", Noun: "importer pod", SecretData: secret, Scratch: scratch, Container: corev1.Container{
 		Name:    "importer",
 		Command: []string{"kubefill", "importer"},
 		Args:    []string{"--metrics-addr", fmt.Sprintf(":%d", port)},

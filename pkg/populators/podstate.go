@@ -87,6 +87,20 @@ func workerImagePull(waitingReason string) bool {
 	return false
 }
 
+// ReportsScratchRequired says whether a worker pod stopped because its
+// image needs scratch space and it had none: its termination message's
+// scratchSpaceRequired, CDI's marker. Pure.
+func ReportsScratchRequired(pod *corev1.Pod) bool {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if term := cs.State.Terminated; term != nil && term.ExitCode != 0 {
+			if msg, ok := contract.DecodeTermination(term.Message); ok && msg.ScratchSpaceRequired != nil && *msg.ScratchSpaceRequired {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // reasonOOMKilled is the kubelet's reason for a container the kernel killed
 // for memory (exit 137).
 const reasonOOMKilled = "OOMKilled"

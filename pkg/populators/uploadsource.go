@@ -95,6 +95,9 @@ type UploadServer struct {
 	ClientName func(f *Flow) (string, error)
 	// NoProgress leaves the progress to another worker (a clone's source pod).
 	NoProgress bool
+	// NoScratch leaves out scratch space: a host-assisted clone's server
+	// writes its stream as it comes, as CDI's clone target does.
+	NoScratch bool
 }
 
 // PreparePrime marks the prime as an upload target, as CDI does.
@@ -157,9 +160,14 @@ func (u *UploadServer) WorkerSpec(_ context.Context, f *Flow, config *cdiv1.CDIC
 		"--preallocation=" + strconv.FormatBool(prime.Annotations[cdiv1.AnnPreallocationRequested] == "true" || config.Status.Preallocation),
 		"--owner-uid", string(f.Target.UID),
 	}
+	var scratch *ScratchInput
+	if !u.NoScratch {
+		scratch = &ScratchInput{Worker: ScratchUploadServer, ContentType: contentType}
+	}
 	return WorkerSpec{
 		Component: "upload-server",
 		Noun:      "upload pod",
+		Scratch:   scratch,
 		Container: corev1.Container{
 			Name:    "cdi-upload-server",
 			Command: []string{"kubefill", "uploadserver"},

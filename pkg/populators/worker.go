@@ -48,14 +48,20 @@ type WorkerSpec struct {
 	// Data is the claim mounted as the data volume; nil mounts the prime,
 	// writable, at /data or /dev/cdi-block-volume.
 	Data *DataClaim
-	// NoScratch leaves out the scratch volume (a worker that only reads).
-	NoScratch bool
+	// Scratch is what decides the worker's scratch space (see
+	// DecideScratch); nil for a worker that never spools an image. The
+	// WorkerPhase makes the scratch claim before the pod and mounts it
+	// at contract.ScratchDir.
+	Scratch *ScratchInput
 	// SecretData are values the pod's spec must not show (credentials, such
 	// as CDIConfig's import proxy URLs): the WorkerPhase writes them into
 	// the Secret WorkerSecretName, in the pod's namespace, owned by the
 	// target, before it makes the pod, and deletes it with the pod. The
 	// container reads them through secretKeyRef (SecretEnv).
 	SecretData map[string][]byte
+
+	// scratchClaim is the scratch claim the phase made for this pod.
+	scratchClaim string
 }
 
 // WorkerSecretName is the Secret of a worker pod's SecretData:
@@ -164,11 +170,22 @@ func (w *WorkerPhase) Reconcile(ctx context.Context, f *Flow) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	restarts := int32(max(st.Attempts-1, 0))
+	scratch, wait, err := w.ensureScratch(ctx, f, spec, config, st.Attempts+1)
+	if err != nil {
+		return Result{}, err
+	}
+	if wait != nil {
+		wait.Pod = &PodStatus{Restarts: restarts}
+		return *wait, nil
+	}
+	if scratch != nil {
+		spec.scratchClaim = scratch.Name
+	}
 	if err := w.writeSecret(ctx, f, name, spec); err != nil {
 		return Result{}, err
 	}
 	pod = w.render(f, name, spec, config, placement, pull)
-	restarts := int32(max(st.Attempts-1, 0))
 	lost := workerLost(st)
 	if err := w.Client.Create(ctx, pod); err != nil && !apierrors.IsAlreadyExists(err) {
 		if q, ok := ParseQuotaExceeded(err); ok {
@@ -195,6 +212,8 @@ func (w *WorkerPhase) Reconcile(ctx context.Context, f *Flow) (Result, error) {
 		// saw it fail: the new attempt is a retry the user is told of.
 		res.Reason, res.Event = ReasonRetrying, corev1.EventTypeWarning
 		res.Message = fmt.Sprintf("the %s of attempt %d is gone before it finished (deleted or evicted); retrying with attempt %d", spec.Noun, st.Attempts-1, st.Attempts)
+	} else if scratch != nil && scratch.Status.Phase != corev1.ClaimBound {
+		res.Reason, res.Message = ReasonCreatingScratch, scratchPendingMessage(spec.Noun, scratch)
 	}
 	return res, nil
 }
@@ -211,6 +230,14 @@ func workerLost(st primeState) bool {
 func (w *WorkerPhase) observe(ctx context.Context, f *Flow, pod *corev1.Pod, st primeState) (Result, error) {
 	res := PodState(pod)
 	res.Pod.Restarts += int32(max(st.Attempts-1, 0))
+	if res.Pod.Phase == corev1.PodFailed && ReportsScratchRequired(pod) && podScratchClaim(pod) == "" {
+		return w.restartWithScratch(ctx, f, pod, st, res)
+	}
+	if res.Pod.Phase == corev1.PodPending {
+		if err := w.explainScratchPending(ctx, f, pod, &res); err != nil {
+			return Result{}, err
+		}
+	}
 	if res.Pod.Phase == corev1.PodFailed {
 		d := decideRetry(w.Retry, st, &workerFailure{Message: res.Message, Permanent: res.Permanent}, w.now())
 		switch d.Action {
@@ -224,6 +251,10 @@ func (w *WorkerPhase) observe(ctx context.Context, f *Flow, pod *corev1.Pod, st 
 			if err := w.Client.Delete(ctx, pod); client.IgnoreNotFound(err) != nil {
 				return Result{}, fmt.Errorf("deleting failed worker pod %s: %w", pod.Name, err)
 			}
+			// The next attempt gets a fresh claim; none is held meanwhile.
+			if err := w.deleteScratch(ctx, f); err != nil {
+				return Result{}, err
+			}
 			// A failure that will be retried is not the population's end: say so.
 			res.Pod.Phase, res.Pod.Ready, res.Reason, res.Message = corev1.PodPending, false, ReasonRetrying, d.Message
 			res.Pod.Restarts++
@@ -233,6 +264,11 @@ func (w *WorkerPhase) observe(ctx context.Context, f *Flow, pod *corev1.Pod, st 
 			}
 		case giveUp:
 			res.Permanent, res.Message = true, d.Message
+			// The failed pod stays for the user to read; its scratch
+			// claim holds nothing worth keeping.
+			if err := w.deleteScratch(ctx, f); err != nil {
+				return Result{}, err
+			}
 		}
 	}
 	if err := w.Worker.Observe(ctx, f, pod, &res); err != nil {
@@ -243,13 +279,12 @@ func (w *WorkerPhase) observe(ctx context.Context, f *Flow, pod *corev1.Pod, st 
 
 // render builds the worker pod: the kind's container with the image, the
 // CDIConfig's resources and pull secrets, the prime as a block device or a
-// filesystem at /data, scratch bounded by the claim's size, the shared
+// filesystem at /data, the scratch claim when there is one, the shared
 // labels, the prime's network and mesh annotations, the target as owner,
 // the priority class, the CDI resource's placement, and no restarts (the
 // phase decides retries).
 func (w *WorkerPhase) render(f *Flow, name string, spec WorkerSpec, config *cdiv1.CDIConfig, placement cdiv1.NodePlacement, pull corev1.PullPolicy) *corev1.Pod {
 	target, prime := f.Target, f.Prime
-	size := prime.Spec.Resources.Requests[corev1.ResourceStorage]
 	c := spec.Container
 	c.Image = w.Image
 	if c.Image == "" {
@@ -280,11 +315,10 @@ func (w *WorkerPhase) render(f *Flow, name string, spec WorkerSpec, config *cdiv
 	}
 	volumes := []corev1.Volume{{Name: contract.DataVolumeName, VolumeSource: corev1.VolumeSource{
 		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: data.Name, ReadOnly: data.ReadOnly}}}}
-	if !spec.NoScratch {
-		// Scratch for the formats converted from a local file (vmdk, vdi, vhd,
-		// vhdx, registry layers, an uploaded qcow2): bounded by the claim's size.
+	if spec.scratchClaim != "" {
 		mounts = append(mounts, corev1.VolumeMount{Name: contract.ScratchVolumeName, MountPath: contract.ScratchDir})
-		volumes = append(volumes, corev1.Volume{Name: contract.ScratchVolumeName, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &size}}})
+		volumes = append(volumes, corev1.Volume{Name: contract.ScratchVolumeName, VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: spec.scratchClaim}}})
 	}
 	c.VolumeMounts = append(mounts, c.VolumeMounts...)
 	volumes = append(volumes, spec.Volumes...)
@@ -373,13 +407,16 @@ func workerPodSecurity() *corev1.PodSecurityContext {
 	}
 }
 
-// Cleanup implements Cleaner: the worker's Secret is deleted, and the
-// worker pod, unless retained; then it is detached from the target so that
-// it outlives it.
+// Cleanup implements Cleaner: the worker's Secret and scratch claim are
+// deleted, and the worker pod, unless retained; then it is detached from
+// the target so that it outlives it.
 func (w *WorkerPhase) Cleanup(ctx context.Context, f *Flow, retain bool) error {
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: f.Prime.Namespace, Name: WorkerSecretName(w.Worker.PodName(f.Prime))}}
 	if err := w.Client.Delete(ctx, secret); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("deleting Secret %s/%s: %w", secret.Namespace, secret.Name, err)
+	}
+	if err := w.deleteScratch(ctx, f); err != nil {
+		return err
 	}
 	pod := &corev1.Pod{}
 	if err := w.Client.Get(ctx, types.NamespacedName{Namespace: f.Prime.Namespace, Name: w.Worker.PodName(f.Prime)}, pod); err != nil {

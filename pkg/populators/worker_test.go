@@ -69,7 +69,8 @@ func TestWorkerPodOfTheImporter(t *testing.T) {
 		if err := c.Get(context.Background(), client.ObjectKey{Namespace: "vms", Name: "importer-prime-u-1"}, pod); err != nil {
 			t.Fatalf("%s: importer pod: %v", mode, err)
 		}
-		checkWorkerPod(t, pod, f, "importer", "importer", mode)
+		// An http import has no scratch space until its importer asks for it.
+		checkWorkerPod(t, pod, f, "importer", "importer", mode, "")
 		env := map[string]string{}
 		for _, e := range pod.Spec.Containers[0].Env {
 			env[e.Name] = e.Value
@@ -101,7 +102,7 @@ func TestWorkerPodOfTheUploadServer(t *testing.T) {
 	if err := c.Get(context.Background(), client.ObjectKey{Namespace: "vms", Name: "cdi-upload-prime-u-1"}, pod); err != nil {
 		t.Fatalf("upload pod: %v", err)
 	}
-	checkWorkerPod(t, pod, f, "cdi-upload-server", "upload-server", corev1.PersistentVolumeFilesystem)
+	checkWorkerPod(t, pod, f, "cdi-upload-server", "upload-server", corev1.PersistentVolumeFilesystem, "prime-u-1-scratch")
 	if pod.Labels[LabelUploadTarget] != f.Prime.Name {
 		t.Errorf("upload pod labels %v: want %s=%s for its Service", pod.Labels, LabelUploadTarget, f.Prime.Name)
 	}
@@ -121,8 +122,9 @@ func mountsOf(pod *corev1.Pod) map[string]string {
 	return m
 }
 
-// checkWorkerPod checks what every worker pod shares.
-func checkWorkerPod(t *testing.T, pod *corev1.Pod, f *Flow, container, component string, mode corev1.PersistentVolumeMode) {
+// checkWorkerPod checks what every worker pod shares, and that it mounts
+// the scratch claim named scratch ("": no scratch space).
+func checkWorkerPod(t *testing.T, pod *corev1.Pod, f *Flow, container, component string, mode corev1.PersistentVolumeMode, scratch string) {
 	t.Helper()
 	c := pod.Spec.Containers[0]
 	if c.Name != container || c.Image != "img:1" || c.Command[0] != "kubefill" || c.Resources.Limits.Memory().String() != "600M" ||
@@ -137,8 +139,8 @@ func checkWorkerPod(t *testing.T, pod *corev1.Pod, f *Flow, container, component
 	} else if mounts[contract.DataDir] != contract.DataVolumeName || len(c.VolumeDevices) != 0 {
 		t.Errorf("filesystem data volume: mounts %v", mounts)
 	}
-	if mounts[contract.ScratchDir] != contract.ScratchVolumeName {
-		t.Errorf("no scratch mount: %v", mounts)
+	if got := mounts[contract.ScratchDir]; (scratch != "") != (got == contract.ScratchVolumeName) {
+		t.Errorf("scratch mount %q in %v, want scratch claim %q", got, mounts, scratch)
 	}
 	vols := map[string]corev1.Volume{}
 	for _, v := range pod.Spec.Volumes {
@@ -147,8 +149,8 @@ func checkWorkerPod(t *testing.T, pod *corev1.Pod, f *Flow, container, component
 	if v := vols[contract.DataVolumeName]; v.PersistentVolumeClaim == nil || v.PersistentVolumeClaim.ClaimName != f.Prime.Name {
 		t.Errorf("data volume %+v", v)
 	}
-	if v := vols[contract.ScratchVolumeName]; v.EmptyDir == nil || v.EmptyDir.SizeLimit.String() != "2Gi" {
-		t.Errorf("scratch volume %+v, want an emptyDir bounded by the claim's 2Gi", v)
+	if v, ok := vols[contract.ScratchVolumeName]; ok != (scratch != "") || (ok && (v.PersistentVolumeClaim == nil || v.PersistentVolumeClaim.ClaimName != scratch)) {
+		t.Errorf("scratch volume %+v, want claim %q", v, scratch)
 	}
 	if pod.Labels[cdiv1.LabelComponent] != component || pod.Labels[cdiv1.LabelOwnedByUID] != "u-1" || pod.Labels[cdiv1.LabelApp] != cdiv1.LabelAppValue ||
 		pod.Labels[cdiv1.LabelAllowAccessClusterServices] != "true" {

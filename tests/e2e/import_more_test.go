@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"net"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -371,6 +373,86 @@ func TestVmdkImportThroughScratch(t *testing.T) {
 	}
 	if got := claimSHA256(t, ns, "vmdk", virtualSize); got != want {
 		t.Errorf("claim holds sha256 %s, qemu-img convert gives %s", got, want)
+	}
+}
+
+// TestVmdkImportThroughScratchClaim: a vmdk larger than the importer's
+// ephemeral-storage limit (a LimitRange in the namespace gives every
+// container 16Mi) is imported with the right bytes: the importer reports
+// that the image needs scratch space, starts again with a scratch claim
+// <prime>-scratch, which takes the spooled copy off the node's ephemeral
+// storage, and the claim is gone afterwards with the prime and the
+// importer. A pod spooling as much to an emptyDir under the same limit is
+// evicted: that is what the scratch claim spares the import.
+func TestVmdkImportThroughScratchClaim(t *testing.T) {
+	parallel(t)
+	c := shared.c
+	ctx := context.Background()
+	ns := newNamespace(t)
+	const imageSize = 48 << 20
+	limit := resource.MustParse("16Mi")
+	lr := &corev1.LimitRange{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "small-ephemeral"}, Spec: corev1.LimitRangeSpec{
+		Limits: []corev1.LimitRangeItem{{Type: corev1.LimitTypeContainer,
+			Default: corev1.ResourceList{corev1.ResourceEphemeralStorage: limit}, DefaultRequest: corev1.ResourceList{corev1.ResourceEphemeralStorage: limit}}}}}
+	if err := c.Create(ctx, lr); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	raw := rawImage(t, dir, imageSize)
+	testimg.QemuImg(t, "convert", "-f", "raw", "-O", "vmdk", filepath.Join(dir, raw), filepath.Join(dir, "disk.vmdk"))
+	rawBytes, err := os.ReadFile(filepath.Join(dir, raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("%x", sha256.Sum256(rawBytes))
+	tracker := trackTemporaries(t, c, ns)
+	// About 20 s of spooling: long enough for the kubelet's eviction
+	// manager to see an emptyDir over the limit.
+	url := throttledServer(t, dir, 2<<20) + "/disk.vmdk"
+	if err := c.Create(ctx, httpDV(ns, "vmdk", url, cluster.StorageClassImmediate)); err != nil {
+		t.Fatal(err)
+	}
+
+	// The control: the same bytes, at the same pace, into an emptyDir.
+	control := podWithClaim("emptydir-spool", "unused", false, fmt.Sprintf("wget -q -O - %s > /spool/disk.vmdk; sleep 30", url))
+	control.Spec.Volumes = []corev1.Volume{{Name: "vol", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	control.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "vol", MountPath: "/spool"}}
+	createPod(t, ns, control)
+
+	dv, seen := kit.WaitDataVolumeTerminal(t, c, ns, "vmdk", 5*time.Minute)
+	t.Logf("phases %v", seen)
+	if dv.Status.Phase != cdiv1.Succeeded {
+		t.Fatalf("vmdk import ended %s: %+v; events: %s", dv.Status.Phase, runningCondition(dv), kit.Events(c, ns, "vmdk"))
+	}
+	if got := claimSHA256(t, ns, "vmdk", imageSize); got != want {
+		t.Errorf("claim holds sha256 %s, the raw image has %s", got, want)
+	}
+	assertNoLeftovers(t, c, ns)
+
+	target := &corev1.PersistentVolumeClaim{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "vmdk"}, target); err != nil {
+		t.Fatal(err)
+	}
+	scratchSeen := false
+	for _, tmp := range kit.Temporaries(tracker.Events(), target.UID) {
+		t.Logf("temporary %s: made %d, at most %d at once", tmp.Role, tmp.Made, tmp.MostAtOnce)
+		if tmp.Role == "PersistentVolumeClaim prime-<uid>-scratch" {
+			scratchSeen = tmp.Made == 1
+		}
+	}
+	if !scratchSeen {
+		t.Errorf("no single scratch claim prime-<uid>-scratch was seen; events: %s", kit.Events(c, ns, "vmdk"))
+	}
+	if ev := kit.Events(c, ns, "vmdk"); !strings.Contains(ev, "ScratchSpaceCreated") {
+		t.Errorf("no ScratchSpaceCreated event on the claim: %s", ev)
+	}
+
+	evicted := waitPod(t, ns, "emptydir-spool", 2*time.Minute, "the emptyDir control pod to be evicted", func(p *corev1.Pod) bool {
+		return p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded
+	})
+	if evicted.Status.Reason != "Evicted" {
+		t.Errorf("the control pod that spooled %d bytes to an emptyDir under a %s limit ended %s (%s: %s), not evicted",
+			imageSize, limit.String(), evicted.Status.Phase, evicted.Status.Reason, evicted.Status.Message)
 	}
 }
 

@@ -166,7 +166,8 @@ func TestWrongChecksumFailsClearly(t *testing.T) {
 	})
 }
 
-// assertNoLeftovers checks a finished population removed its prime and importer.
+// assertNoLeftovers checks a finished population removed its prime, its
+// scratch claim and its importer.
 func assertNoLeftovers(t *testing.T, c client.Client, ns string) {
 	t.Helper()
 	kit.Eventually(t, 30*time.Second, 500*time.Millisecond, "the prime and the importer to go after success", func() (bool, string, error) {
@@ -180,7 +181,7 @@ func assertNoLeftovers(t *testing.T, c client.Client, ns string) {
 		}
 		left := []string{}
 		for _, p := range claims.Items {
-			if strings.HasPrefix(p.Name, "prime-") {
+			if strings.HasPrefix(p.Name, "prime-") || strings.HasSuffix(p.Name, "-scratch") {
 				left = append(left, "claim "+p.Name)
 			}
 		}

@@ -213,11 +213,15 @@ func TestDataVolumeImportRendersClaimPrimeAndImporter(t *testing.T) {
 			t.Errorf("importer env %s = %q, want %q", name, got, want)
 		}
 	}
-	if len(c.VolumeMounts) < 2 || c.VolumeMounts[0].MountPath != "/data" || pod.Spec.Volumes[0].PersistentVolumeClaim.ClaimName != prime.Name {
+	if len(c.VolumeMounts) < 1 || c.VolumeMounts[0].MountPath != "/data" || pod.Spec.Volumes[0].PersistentVolumeClaim.ClaimName != prime.Name {
 		t.Errorf("importer pod does not mount the prime at /data: %+v", pod.Spec.Volumes)
 	}
-	if c.VolumeMounts[1].MountPath != "/scratch" || pod.Spec.Volumes[1].EmptyDir == nil || pod.Spec.Volumes[1].EmptyDir.SizeLimit.Cmp(resource.MustParse("1090Mi")) != 0 {
-		t.Errorf("importer pod has no scratch space bounded by the claim's size: %+v", pod.Spec.Volumes)
+	for _, m := range c.VolumeMounts {
+		if m.MountPath == "/scratch" {
+			// As in CDI, an http import gets scratch space (a claim) only
+			// once its importer says the image needs it.
+			t.Errorf("an http import's first importer has scratch space: %+v", pod.Spec.Volumes)
+		}
 	}
 
 	kit.Until(t, 20*time.Second, "DataVolume phase ImportScheduled", func() bool {

@@ -97,8 +97,15 @@ func TestUploadPopulator(t *testing.T) {
 	if v := vols[mounts["/data"]]; v.PersistentVolumeClaim == nil || v.PersistentVolumeClaim.ClaimName != prime.Name {
 		t.Errorf("the prime is not mounted at /data: %+v", pod.Spec.Volumes)
 	}
-	if v := vols[mounts["/scratch"]]; v.EmptyDir == nil || v.EmptyDir.SizeLimit == nil {
-		t.Errorf("no bounded scratch at /scratch: %+v", pod.Spec.Volumes)
+	// Every upload has a scratch claim, as in CDI: its format is known only
+	// once its bytes arrive.
+	scratchName := cdiv1.ScratchClaimName(prime.Name)
+	if v := vols[mounts["/scratch"]]; v.PersistentVolumeClaim == nil || v.PersistentVolumeClaim.ClaimName != scratchName {
+		t.Errorf("no scratch claim %s at /scratch: %+v", scratchName, pod.Spec.Volumes)
+	}
+	scratch := &corev1.PersistentVolumeClaim{}
+	if err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: scratchName}, scratch); err != nil || !metav1.IsControlledBy(scratch, target) {
+		t.Errorf("scratch claim %s: %v, owners %+v; want one owned by the target", scratchName, err, scratch.OwnerReferences)
 	}
 	if !metav1.IsControlledBy(pod, target) {
 		t.Errorf("upload pod owners %+v, want the target", pod.OwnerReferences)
@@ -175,12 +182,31 @@ func TestUploadPopulator(t *testing.T) {
 	if err := k8sClient.Status().Update(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
+	// The failed attempt's scratch claim goes; with no kube-controller-manager
+	// here, the test lifts its pvc-protection finalizer, as that controller
+	// does once no pod uses the claim. The next attempt gets a fresh one.
+	oldScratch := scratch.UID
+	kit.Until(t, 20*time.Second, "the failed attempt's scratch claim to be deleted", func() bool {
+		old := &corev1.PersistentVolumeClaim{}
+		if err := k8sClient.Get(ctx, client2Key(scratch), old); err != nil || old.UID != oldScratch {
+			return true
+		}
+		if old.DeletionTimestamp == nil {
+			return false
+		}
+		old.Finalizers = nil
+		_ = k8sClient.Update(ctx, old)
+		return false
+	})
 	kit.Until(t, 20*time.Second, "a restart counted on the claim and a new upload pod", func() bool {
 		_ = k8sClient.Get(ctx, client2Key(target), target)
 		fresh := &corev1.Pod{}
 		return target.Annotations[cdiv1.AnnPodRestarts] == "1" &&
 			k8sClient.Get(ctx, client2Key(pod), fresh) == nil && fresh.UID != oldUID && fresh.DeletionTimestamp == nil
 	})
+	if err := k8sClient.Get(ctx, client2Key(scratch), scratch); err != nil || scratch.UID == oldScratch {
+		t.Errorf("the new upload pod's scratch claim: %v, same as the failed attempt's: %v", err, scratch.UID == oldScratch)
+	}
 	// The new server has received nothing: the upload starts over from 0.
 	if p := target.Annotations[cdiv1.AnnPopulatorProgress]; p != "0.00%" {
 		t.Errorf("progress %q on the claim after the upload server was replaced, want 0.00%%", p)

@@ -61,5 +61,9 @@ func IsCompleted(pvc *corev1.PersistentVolumeClaim) bool {
 // ImporterPodName is CDI's name of the importer pod that fills claimName.
 func ImporterPodName(claimName string) string { return "importer-" + claimName }
 
+// ScratchClaimName is CDI's name of the scratch claim of the worker that
+// fills claimName: <claim>-scratch, shortened as CDI's names are.
+func ScratchClaimName(claimName string) string { return ResourceName(claimName, "scratch") }
+
 // PrimeName is the name of the PVC-prime that fills the claim with uid.
 func PrimeName(uid string) string { return "prime-" + uid }

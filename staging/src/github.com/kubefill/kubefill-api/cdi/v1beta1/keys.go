@@ -209,6 +209,9 @@ const (
 	// where a KubeVirt network policy denies egress by default; CDI's worker
 	// pods carry it with the value "true".
 	LabelAllowAccessClusterServices = "np.kubevirt.io/allow-access-cluster-services"
+	// LabelExcludeFromVeleroBackup keeps a temporary claim (scratch space)
+	// out of Velero backups, as CDI marks its scratch claims.
+	LabelExcludeFromVeleroBackup = "velero.io/exclude-from-backup"
 )
 
 // Condition reasons a DataVolume reports.
