@@ -436,7 +436,7 @@ func TestVmdkImportThroughScratchClaim(t *testing.T) {
 	scratchSeen := false
 	for _, tmp := range kit.Temporaries(tracker.Events(), target.UID) {
 		t.Logf("temporary %s: made %d, at most %d at once", tmp.Role, tmp.Made, tmp.MostAtOnce)
-		if tmp.Role == "PersistentVolumeClaim prime-<uid>-scratch" {
+		if tmp.Role == "claim prime-<uid>-scratch" {
 			scratchSeen = tmp.Made == 1
 		}
 	}
