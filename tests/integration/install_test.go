@@ -306,12 +306,26 @@ func completeFill(t *testing.T, target *corev1.PersistentVolumeClaim, workerPod 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { deletePV(t, pv.Name) })
-	prime.Spec.VolumeName = pv.Name
-	if err := k8sClient.Update(ctx, prime); err != nil {
-		t.Fatalf("binding the prime: %v", err)
+	// The populator writes the prime's annotations meanwhile: bind it as
+	// the PV controller would, again on a conflict.
+	key := client.ObjectKeyFromObject(prime)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k8sClient.Get(ctx, key, prime); err != nil {
+			return err
+		}
+		prime.Spec.VolumeName = pv.Name
+		return k8sClient.Update(ctx, prime)
+	})
+	if err == nil {
+		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := k8sClient.Get(ctx, key, prime); err != nil {
+				return err
+			}
+			prime.Status.Phase = corev1.ClaimBound
+			return k8sClient.Status().Update(ctx, prime)
+		})
 	}
-	prime.Status.Phase = corev1.ClaimBound
-	if err := k8sClient.Status().Update(ctx, prime); err != nil {
+	if err != nil {
 		t.Fatalf("binding the prime: %v", err)
 	}
 	pod := &corev1.Pod{}
