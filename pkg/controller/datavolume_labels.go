@@ -7,6 +7,7 @@ import (
 	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v6/apis/volumesnapshot/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -72,7 +73,8 @@ func (r *DataVolumeReconciler) inheritInstancetypeLabels(ctx context.Context, dv
 		obj = &corev1.PersistentVolumeClaim{}
 	}
 	if err := r.reader().Get(ctx, key, obj); err != nil {
-		if apierrors.IsNotFound(err) {
+		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
+			// Nothing to take labels from: what stops the clone is said elsewhere.
 			return nil
 		}
 		return fmt.Errorf("reading the clone source %s for its instancetype labels: %w", key, err)
